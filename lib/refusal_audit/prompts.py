@@ -1,0 +1,78 @@
+"""Prompt construction: chat-template rendering with an exact-length neutral filler.
+
+A prompt is its token ids. The kv prompt is ``system safety text`` (optional) as the system turn,
+and ``filler + "\\n\\n" + query`` as the user turn, rendered with the model's own chat template.
+The filler is the neutral text in ``data/filler/neutral.txt`` (repeated as needed) cut to exactly
+``filler_tokens`` tokens of the model's own tokenizer: the ids are spliced into the rendered
+template, so the count is exact by construction and ``prompt_tokens`` is the true length.
+
+``prompts`` columns: prompt_id, item_id, study, role, filler_tokens, system_prompt, text,
+input_ids, prompt_tokens.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+
+from .paths import DATA_DIR
+
+FILLER_FILE = DATA_DIR / "filler" / "neutral.txt"
+_SENTINEL = "\x00FILLER\x00"
+MMLU_TEMPLATE = "{question}\n\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n\nAnswer with the letter of the correct option."
+MMLU_CUE = "The answer is"
+
+
+def filler_ids(tokenizer, n_tokens: int) -> list[int]:
+    """Exactly ``n_tokens`` token ids of neutral prose."""
+    text = FILLER_FILE.read_text()
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    reps = -(-n_tokens // len(ids)) if n_tokens else 0
+    return (ids * reps)[:n_tokens] if reps else []
+
+
+def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0) -> list[int]:
+    """Token ids of the chat-formatted prompt ``[system] / filler + query / assistant turn``."""
+    if filler_tokens < 0:
+        raise ValueError(f"filler_tokens must be >= 0, got {filler_tokens}")
+    user = f"{_SENTINEL}\n\n{query}" if filler_tokens else query
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if not filler_tokens:
+        return tokenizer.encode(text, add_special_tokens=False)
+    before, after = text.split(_SENTINEL)
+    return (tokenizer.encode(before, add_special_tokens=False) + filler_ids(tokenizer, filler_tokens)
+            + tokenizer.encode(after, add_special_tokens=False))
+
+
+def prompt_id(*parts) -> str:
+    """A short stable id for a prompt built from ``parts``."""
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def mmlu_question(row) -> str:
+    a, b, c, d = row["choices"].split("\t")
+    return MMLU_TEMPLATE.format(question=row["text"], A=a, B=b, C=c, D=d)
+
+
+def build_prompts(items: pd.DataFrame, tokenizer, conditions: list[tuple[int, str | None]],
+                  context_window: int | None = None, max_new_tokens: int = 0) -> pd.DataFrame:
+    """One prompt per item and (filler_tokens, system) condition.
+
+    Raises before returning anything if a prompt would not fit the context window.
+    """
+    rows = []
+    for _, item in items.iterrows():
+        query = mmlu_question(item) if item["role"] == "mmlu" else item["text"]
+        for filler, system in conditions:
+            ids = render_ids(tokenizer, system, query, filler)
+            if context_window and len(ids) + max_new_tokens > context_window:
+                raise ValueError(f"item {item['item_id']!r}: {len(ids)} prompt tokens (filler {filler}) + "
+                                 f"{max_new_tokens} new tokens exceed the model's context window of {context_window}")
+            rows.append({
+                "prompt_id": prompt_id(item["item_id"], filler, system or ""), "item_id": item["item_id"],
+                "study": item["study"], "role": item["role"], "filler_tokens": filler,
+                "system_prompt": bool(system), "text": tokenizer.decode(ids), "input_ids": ids,
+                "prompt_tokens": len(ids),
+            })
+    return pd.DataFrame(rows)

@@ -1,0 +1,122 @@
+"""Eviction correctness: against model.generate and against a cache-free masked reference."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from refusal_audit import generation, prompts, retention
+from refusal_audit.attention import attention_hook
+
+SYSTEM = "You are a careful assistant. Refuse harmful requests."
+QUERY = "Describe how a town library organises its catalogue."
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(embedded):
+    _, tok = embedded
+    return prompts.render_ids(tok, SYSTEM, QUERY, filler_tokens=180)
+
+
+def policies(keep_ratio):
+    return [retention.make("full"), retention.make("sink_tail", keep_ratio=keep_ratio, sink=4),
+            retention.make("snapkv", keep_ratio=keep_ratio, window=16, kernel=7)]
+
+
+def test_keep_all_reproduces_generate(embedded, prompt_ids):
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    ref = model.generate(torch.tensor([prompt_ids]), max_new_tokens=16, do_sample=False)[0, len(prompt_ids):].tolist()
+    pre = generation.prefill(model, prompt_ids, capture_window=16)
+    for policy in policies(1.0):
+        keep = policy.select(pre)
+        assert keep is None, policy.name
+        tokens, _ = generation.decode_greedy(model, pre, keep, 16, eos)
+        assert tokens == ref, policy.name
+
+
+def masked_reference_logits(model, ids, n_prompt, keep):
+    """Logits of a cache-free forward over ``ids`` where every query after the prompt sees only the
+    kept prompt positions of each layer and KV head (queries inside the prompt see everything)."""
+    T = len(ids)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def mask(layer_idx, query, key, attention_mask):
+        heads, kv_heads = query.shape[1], key.shape[1]
+        allowed = torch.zeros(kv_heads, T, dtype=torch.bool)
+        allowed[:, n_prompt:] = True
+        allowed.scatter_(1, keep[layer_idx], True)
+        allowed = allowed.repeat_interleave(heads // kv_heads, dim=0)  # [heads, T]
+        m = causal.expand(heads, T, T).clone()
+        m[:, n_prompt:, :] &= allowed[:, None, :]
+        return m[None]
+
+    with torch.no_grad(), attention_hook(model, mask):
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def decoded_logits(model, pre, keep, tokens, wrong_positions=False):
+    cache = retention.evict(pre.cache, keep)
+    out = []
+    for i, t in enumerate(tokens):
+        pos = cache.get_seq_length() if wrong_positions else pre.length + i
+        out.append(generation.step(model, cache, [t], pos))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("name", ["sink_tail", "snapkv"])
+def test_evicted_decode_matches_masked_reference(embedded, prompt_ids, name):
+    model, tok = embedded
+    policy = {p.name: p for p in policies(0.3)}[name]
+    pre = generation.prefill(model, prompt_ids, capture_window=16)
+    keep = policy.select(pre)
+    assert keep.shape[-1] == round(0.3 * len(prompt_ids))
+    tokens, _ = generation.decode_greedy(model, pre, keep, 6, set())
+    ours = decoded_logits(model, pre, keep, tokens[:5])
+    ref = masked_reference_logits(model, prompt_ids + tokens[:5], len(prompt_ids), keep)[len(prompt_ids):]
+    assert (ours - ref).abs().max().item() < 1e-3
+
+
+def test_positions_restarting_at_cache_length_are_caught(embedded, prompt_ids):
+    """The reference comparison is sensitive to the transformers-5 default (position = cache length)."""
+    model, _ = embedded
+    policy = retention.make("sink_tail", keep_ratio=0.3, sink=4)
+    pre = generation.prefill(model, prompt_ids)
+    keep = policy.select(pre)
+    tokens, _ = generation.decode_greedy(model, pre, keep, 4, set())
+    ref = masked_reference_logits(model, prompt_ids + tokens[:3], len(prompt_ids), keep)[len(prompt_ids):]
+    wrong = decoded_logits(model, pre, keep, tokens[:3], wrong_positions=True)
+    right = decoded_logits(model, pre, keep, tokens[:3])
+    assert (right - ref).abs().max().item() < 1e-3
+    assert (wrong - ref).abs().max().item() > 1e-1
+
+
+def test_sink_tail_keeps_sink_and_tail():
+    layer = SimpleNamespace(keys=torch.zeros(1, 3, 100, 8))  # 3 KV heads, 100 positions
+    pre = retention.Prefill(cache=SimpleNamespace(layers=[layer, layer]), length=100)
+    keep = retention.make("sink_tail", keep_ratio=0.3, sink=4).select(pre)
+    assert keep.shape == (2, 3, 30)
+    assert keep[0, 0].tolist() == [0, 1, 2, 3] + list(range(74, 100))
+
+
+def test_snapkv_picks_the_most_attended_positions():
+    n, w = 50, 5
+    scores = torch.zeros(1, n)
+    scores[0, [7, 20, 33]] = 1.0
+    pre = retention.Prefill(cache=None, length=n, window_scores=[scores])
+    keep = retention.make("snapkv", keep_ratio=0.16, window=w, kernel=1).select(pre)
+    assert keep[0, 0].tolist() == [7, 20, 33] + list(range(n - w, n))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"keep_ratio": 0.0}, "keep_ratio"), ({"keep_ratio": 1.5}, "keep_ratio"), ({"sink": -1}, "sink"),
+])
+def test_bad_policy_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        retention.make("sink_tail", **kwargs)
+
+
+def test_sink_larger_than_budget_is_refused():
+    with pytest.raises(ValueError, match="sink 64 is larger than the budget 15"):
+        retention.make("sink_tail", keep_ratio=0.3, sink=64).check(50)
+    with pytest.raises(ValueError, match="unknown retention policy"):
+        retention.make("h3o")
