@@ -86,6 +86,7 @@ class Params:
     run_name: str
     models: dict[str, ModelSpec]
     seed: int = 0
+    publish_figures: bool = False  # also write figures into the repository's figures/
     data: DataParams = field(default_factory=DataParams)
     kv: KvParams = field(default_factory=KvParams)
     judges: JudgeParams = field(default_factory=JudgeParams)

@@ -21,7 +21,7 @@ from .store import ShardStore, shard_key
 
 GENERATION_COLUMNS = ["generation_id", "prompt_id", "item_id", "study", "role", "model", "policy", "keep_ratio",
                       "sink", "filler_tokens", "system_prompt", "frame", "paraphrase", "temperature", "seed",
-                      "reply", "new_tokens", "finish", "prompt_tokens", "kept_positions"]
+                      "query", "reply", "new_tokens", "finish", "prompt_tokens", "kept_positions"]
 
 
 @torch.no_grad()
@@ -134,7 +134,7 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
                 "role": p["role"], "model": model_name, "policy": pol.name, "keep_ratio": float(pol.keep_ratio),
                 "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]),
                 "system_prompt": bool(p["system_prompt"]), "frame": p.get("frame"), "paraphrase": p.get("paraphrase"),
-                "temperature": 0.0, "seed": seed, "reply": reply, "new_tokens": new, "finish": finish,
+                "temperature": 0.0, "seed": seed, "query": p["query"], "reply": reply, "new_tokens": new, "finish": finish,
                 "prompt_tokens": int(p["prompt_tokens"]),
                 "kept_positions": pre.length if keep is None else int(keep.shape[-1]),
             }], columns=GENERATION_COLUMNS))

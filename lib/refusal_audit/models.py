@@ -79,6 +79,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def context_window(spec: ModelSpec) -> int | None:
+    """The model's maximum number of positions, read from its config (no weights loaded)."""
+    from transformers import AutoConfig
+
+    where = resolve(spec.source)
+    try:
+        cfg = AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+    except OSError as e:
+        raise FileNotFoundError(f"model source {spec.source!r}: cannot read its config offline ({e})") from None
+    return getattr(cfg, "max_position_embeddings", None)
+
+
 def load_tokenizer(spec: ModelSpec):
     from transformers import AutoTokenizer
 

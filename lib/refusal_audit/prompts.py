@@ -6,7 +6,7 @@ The filler is the neutral text in ``data/filler/neutral.txt`` (repeated as neede
 ``filler_tokens`` tokens of the model's own tokenizer: the ids are spliced into the rendered
 template, so the count is exact by construction and ``prompt_tokens`` is the true length.
 
-``prompts`` columns: prompt_id, item_id, study, role, filler_tokens, system_prompt, text,
+``prompts`` columns: prompt_id, item_id, study, role, filler_tokens, system_prompt, query, text,
 input_ids, prompt_tokens.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def build_prompts(items: pd.DataFrame, tokenizer, conditions: list[tuple[int, st
             rows.append({
                 "prompt_id": prompt_id(item["item_id"], filler, system or ""), "item_id": item["item_id"],
                 "study": item["study"], "role": item["role"], "filler_tokens": filler,
-                "system_prompt": bool(system), "text": tokenizer.decode(ids), "input_ids": ids,
+                "system_prompt": bool(system), "query": query, "text": tokenizer.decode(ids), "input_ids": ids,
                 "prompt_tokens": len(ids),
             })
     return pd.DataFrame(rows)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
@@ -117,3 +118,14 @@ def paired_tests(
                          "only_baseline": m.b, "only_arm": m.c, "mcnemar_p": m.pvalue,
                          "drop": est, "drop_lo": lo, "drop_hi": hi})
     return pd.DataFrame(rows)
+
+
+def cohen_kappa(a, b) -> float:
+    """Cohen's kappa between two raters' labels on the same items (sklearn's ``cohen_kappa_score``);
+    NaN when both raters use a single identical label (kappa is undefined there)."""
+    a, b = list(a), list(b)
+    if len(a) != len(b) or not a:
+        raise ValueError(f"cohen_kappa: need two equal-length non-empty label lists, got {len(a)} and {len(b)}")
+    if len(set(a) | set(b)) < 2:
+        return float("nan")
+    return float(cohen_kappa_score(a, b))

