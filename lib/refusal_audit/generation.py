@@ -37,7 +37,7 @@ def prefill(model, input_ids: list[int], capture_window: int = 0) -> Prefill:
 
     with attention_hook(model, record) if capture_window else nullcontext():
         out = model(input_ids=ids, use_cache=True)
-    return Prefill(out.past_key_values, n, scores or None, out.logits[0, -1].float())
+    return Prefill(out.cache, n, scores or None, out.logits[0, -1].float())
 
 
 @torch.no_grad()

@@ -1,0 +1,98 @@
+"""The user entry points (make check/all/generate/judge): bad input stops before any work with one
+message naming the file, key or row; good input writes the contract tables."""
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from refusal_audit.paths import ROOT
+
+
+def cli(tmp_path, *args):
+    env = {**os.environ, "REFUSAL_AUDIT_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "refusal_audit", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def params(tmp_path, **kv):
+    raw = yaml.safe_load((ROOT / "params" / "ci.yaml").read_text())
+    raw["run_name"] = "t"
+    raw["kv"].update(kv)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, raw
+
+
+def assert_stopped(tmp_path, res, *fragments):
+    assert res.returncode == 2, res.stderr
+    message = res.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: ")
+    for f in fragments:
+        assert f in message
+    assert not (tmp_path / "results").exists()  # nothing was written
+
+
+def test_unknown_key(tmp_path):
+    path, _ = params(tmp_path, keep_ratoi=0.3)
+    assert_stopped(tmp_path, cli(tmp_path, "run", str(path)), "p.yaml: kv.keep_ratoi: unknown key")
+
+
+def test_model_path_that_does_not_exist(tmp_path):
+    path, raw = params(tmp_path)
+    raw["models"]["smollm2-135m"]["source"] = "./models/nowhere.gguf"
+    path.write_text(yaml.safe_dump(raw))
+    assert_stopped(tmp_path, cli(tmp_path, "run", str(path)), "models.smollm2-135m.source",
+                   "'./models/nowhere.gguf'", "GGUF file not found")
+
+
+def test_filler_longer_than_the_context(tmp_path):
+    path, _ = params(tmp_path, filler_tokens=9000)
+    assert_stopped(tmp_path, cli(tmp_path, "check", str(path)), "p.yaml: kv.filler_tokens: 9000 filler tokens",
+                   "context window of smollm2-135m (8192 positions)")
+
+
+def test_generate_refuses_bad_prompt_files(tmp_path):
+    bad = tmp_path / "prompts.csv"
+    bad.write_text("id,prompt\n1,Tell me a joke\n2,\n")
+    res = cli(tmp_path, "generate", "--prompts", str(bad), "--model", "smollm2-135m", "--run", "u",
+              "--params", "params/ci.yaml")
+    assert_stopped(tmp_path, res, "prompts.csv: row 1 (id '2'): empty prompt")
+
+
+def test_judge_refuses_missing_columns(tmp_path):
+    bad = tmp_path / "replies.csv"
+    bad.write_text("prompt,answer\nhi,hello\n")
+    res = cli(tmp_path, "judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
+    assert_stopped(tmp_path, res, "replies.csv: missing column(s) ['reply']")
+
+
+def test_judge_writes_every_row_with_its_id(tmp_path):
+    path, raw = params(tmp_path)
+    raw["judges"] = {"llm": None}
+    path.write_text(yaml.safe_dump(raw))
+    replies = tmp_path / "replies.csv"
+    pd.DataFrame({"id": ["x1", "x2", "x3"], "prompt": ["a", "b", "c"],
+                  "reply": ["I'm sorry, I cannot help.", "Sure! Step one:", ""]}).to_csv(replies, index=False)
+    res = cli(tmp_path, "judge", "--replies", str(replies), "--run", "u", "--params", str(path))
+    assert res.returncode == 0, res.stderr
+    out = pd.read_parquet(tmp_path / "results" / "u" / "judgments.parquet")
+    assert out[["generation_id", "judge", "label"]].values.tolist() == [
+        ["x1", "keyword", "refusal"], ["x2", "keyword", "non_refusal"], ["x3", "keyword", "unparseable"]]
+
+
+def test_generate_writes_the_contract_columns(tmp_path):
+    path, _ = params(tmp_path, max_new_tokens=3)
+    prompts = tmp_path / "prompts.csv"
+    pd.DataFrame({"id": ["q1", "q2"], "prompt": ["Name a colour.", "Name a fruit."],
+                  "system": ["Be brief.", ""]}).to_csv(prompts, index=False)
+    res = cli(tmp_path, "generate", "--prompts", str(prompts), "--model", "smollm2-135m", "--run", "u",
+              "--params", str(path), "--policies", "full,sink_tail", "--filler", "32")
+    assert res.returncode == 0, res.stderr
+    g = pd.read_parquet(tmp_path / "results" / "u" / "generations.parquet")
+    assert sorted(zip(g["prompt_id"], g["policy"])) == [("q1", "full"), ("q1", "sink_tail"),
+                                                         ("q2", "full"), ("q2", "sink_tail")]
+    assert (g["new_tokens"] <= 3).all() and (g["filler_tokens"] == 32).all()
+    assert g.groupby("prompt_id")["system_prompt"].first().to_dict() == {"q1": True, "q2": False}
