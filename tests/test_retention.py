@@ -120,3 +120,16 @@ def test_sink_larger_than_budget_is_refused():
         retention.make("sink_tail", keep_ratio=0.3, sink=64).check(50)
     with pytest.raises(ValueError, match="unknown retention policy"):
         retention.make("h3o")
+
+
+def test_hooked_attention_keeps_masks(embedded, prompt_ids):
+    """A multi-token step on a cache gives the same logits under the hookable attention as under sdpa
+    (the cue step that answers MMLU under retention)."""
+    model, _ = embedded
+    pre = generation.prefill(model, prompt_ids)
+    cue = prompt_ids[-5:]
+    model.set_attn_implementation("sdpa")
+    plain = generation.step(model, retention.evict(pre.cache, None), cue, pre.length)
+    with attention_hook(model, lambda *a: None):
+        hooked = generation.step(model, retention.evict(pre.cache, None), cue, pre.length)
+    assert (plain - hooked).abs().max().item() < 1e-4

@@ -14,6 +14,7 @@ from typing import Callable
 
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "refusal_audit"
 _hooks: list[Callable] = []
@@ -28,6 +29,9 @@ def _forward(module, query, key, value, attention_mask, **kwargs):
 
 
 AttentionInterface.register(NAME, _forward)
+# Without a mask function of the same name, transformers builds no mask at all for a custom
+# attention: padding would be attended and multi-token steps on a cache misaligned.
+AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 def install(model) -> None:
