@@ -25,31 +25,31 @@ def policies_of(row):
 def test_rows_follow_the_contract_and_resume(embedded, table, tmp_path, monkeypatch):
     model, tok = embedded
     store = ShardStore(tmp_path)
-    first = generation.run(model, tok, "smollm2-135m", table, policies_of, store, max_new_tokens=5)
+    first = generation.run(model, tok, "smollm2-135m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
     assert set(CONTRACT) <= set(first.columns) and list(first.columns) == GENERATION_COLUMNS
     assert len(first) == 4 and first["generation_id"].is_unique
     tail = first[first["policy"] == "sink_tail"]
     assert (tail["kept_positions"] < tail["prompt_tokens"]).all()
 
-    # an interrupted run: the third decode dies; the two finished rows are kept
+    # an interrupted run: the second batch dies; the first batch's rows are kept
     again = ShardStore(tmp_path / "again")
     calls = {"n": 0}
-    real = generation.decode_greedy
+    real = generation.decode
 
-    def dying(*a, **k):
+    def dying(model, rows, eos):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(*a, **k)
+        return real(model, rows, eos)
 
-    monkeypatch.setattr(generation, "decode_greedy", dying)
+    monkeypatch.setattr(generation, "decode", dying)
     with pytest.raises(KeyboardInterrupt):
-        generation.run(model, tok, "smollm2-135m", table, policies_of, again, max_new_tokens=5)
+        generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
     assert len(list(again.folder.glob("*.parquet"))) == 2
     assert not list(again.folder.glob(".*"))  # nothing half-written
-    calls["n"] = -100  # the rerun does only the missing rows
-    resumed = generation.run(model, tok, "smollm2-135m", table, policies_of, again, max_new_tokens=5)
-    assert calls["n"] == -98
+    calls["n"] = 10  # the rerun decodes only the missing batch
+    resumed = generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
+    assert calls["n"] == 11
     pd.testing.assert_frame_equal(resumed, first)
 
 
@@ -57,11 +57,58 @@ def test_impossible_plans_stop_before_any_work(embedded, table, tmp_path):
     model, tok = embedded
     store = ShardStore(tmp_path)
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
-        generation.run(model, tok, "m", table, policies_of, store, max_new_tokens=0)
+        generation.run(model, tok, "m", table, policies_of, store, [generation.Decoding(max_new_tokens=0)])
     big_sink = lambda row: [retention.make("sink_tail", keep_ratio=0.1, sink=40)]  # noqa: E731
     with pytest.raises(ValueError, match="sink 40 is larger than the budget"):
-        generation.run(model, tok, "m", table, big_sink, store, max_new_tokens=2)
+        generation.run(model, tok, "m", table, big_sink, store, [generation.Decoding(max_new_tokens=2)])
     long = table.assign(prompt_tokens=9000)
     with pytest.raises(ValueError, match="exceed the context window 8192"):
-        generation.run(model, tok, "m", long, policies_of, store, max_new_tokens=2)
+        generation.run(model, tok, "m", long, policies_of, store, [generation.Decoding(max_new_tokens=2)])
     assert not list(store.folder.iterdir())
+
+
+@pytest.fixture(scope="module")
+def mixed(embedded):
+    """Two prompts of very different lengths, each prefilled once, with three policies' keeps."""
+    model, tok = embedded
+    short = prompts.render_ids(tok, None, "Say hello.", 0)
+    long = prompts.render_ids(tok, "Be brief.", "Summarise the text above in one line.", 600)
+    out = []
+    for ids in (short, long):
+        pre = generation.prefill(model, ids, capture_window=8)
+        for pol in (retention.make("full"), retention.make("sink_tail", keep_ratio=0.5, sink=4),
+                    retention.make("snapkv", keep_ratio=0.5, window=8, kernel=3)):
+            out.append((pre, pol.select(pre)))
+    return out
+
+
+def rows(mixed, decoding):
+    return [generation.Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, decoding,
+                           sample_key=f"row{i}") for i, (pre, keep) in enumerate(mixed)]
+
+
+def test_batching_changes_no_greedy_output(embedded, mixed):
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    d = generation.Decoding(0.0, 0, 12)
+    batched = generation.decode(model, rows(mixed, d), eos)
+    assert len({len(mixed[0][0].cache.layers[0].keys[0, 0]), len(mixed[3][0].cache.layers[0].keys[0, 0])}) == 2
+    for (pre, keep), got in zip(mixed, batched):
+        assert got == generation.decode_greedy(model, pre, keep, 12, eos)
+
+
+def test_batching_changes_no_sampled_draw(embedded, mixed):
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    d = generation.Decoding(0.8, 2, 12)
+    batched = generation.decode(model, rows(mixed, d), eos)
+    alone = [generation.decode(model, [r], eos)[0] for r in rows(mixed, d)]
+    assert batched == alone
+    other_seed = generation.decode(model, rows(mixed, generation.Decoding(0.8, 3, 12)), eos)
+    assert other_seed != batched  # the seed matters
+
+
+def test_decoding_grid():
+    grid = generation.decoding_grid([0.0, 0.4, 0.8], [0, 1, 2], 64)
+    assert len(grid) == 7 and grid[0] == generation.Decoding(0.0, 0, 64)
+    assert {(d.temperature, d.seed) for d in grid[1:]} == {(t, s) for t in (0.4, 0.8) for s in (0, 1, 2)}

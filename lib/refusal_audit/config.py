@@ -54,6 +54,7 @@ class KvParams:
     system_prompt_ablation: bool = True
     max_new_tokens: int = 64
     mmlu_filler_tokens: int = 2048
+    batch_rows: int = 64  # rows (prompt x policy) decoded together
 
 
 @dataclass
@@ -165,6 +166,7 @@ def _check(p: Params, where: str) -> None:
     need(kv.model in p.models, "kv.model", f"a model named under models ({sorted(p.models)})", kv.model)
     need(0 < kv.keep_ratio <= 1, "kv.keep_ratio", "a number in (0, 1]", kv.keep_ratio)
     need(kv.max_new_tokens >= 1, "kv.max_new_tokens", "an integer >= 1", kv.max_new_tokens)
+    need(kv.batch_rows >= 1, "kv.batch_rows", "an integer >= 1", kv.batch_rows)
     for key in ("filler_tokens", "mmlu_filler_tokens"):
         need(getattr(kv, key) >= 0, f"kv.{key}", "an integer >= 0", getattr(kv, key))
     need(all(f >= 0 for f in kv.filler_ablation), "kv.filler_ablation", "integers >= 0", kv.filler_ablation)

@@ -1,13 +1,24 @@
 """Generation under KV retention: ONE prefill per prompt, every policy decodes from its own copy.
 
-Decoded tokens take positions that continue from the ORIGINAL prompt length, not from the
-shortened cache (transformers 5 would otherwise place them at the cache length, shifting every
-rotary position after eviction). Results are written as one shard per (model, prompt, policy,
-decoding), so a rerun skips finished work and an interrupted run loses only the row in flight.
+Prompts are prefilled one at a time (prefill is compute-bound: batching it only adds padding);
+each policy's evicted copy of the cache becomes one row of a decode batch, and the rows of many
+prompts and policies decode together, left-padded to a common cache length with masked padding.
+Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
+the shortened or padded cache (transformers 5 would otherwise place them at the cache length,
+shifting every rotary position after eviction). A row stops at EOS or ``max_new_tokens``.
+
+Sampling: a row at temperature T > 0 draws each token from its own ``torch.Generator``, seeded
+from (prompt, policy, temperature, seed), so a sampled row is the same whatever batch it is in.
+
+Results are written as one shard per (model, prompt, policy, decoding) as each batch finishes, so
+a rerun skips finished work and an interrupted run loses only the batch in flight.
 """
 from __future__ import annotations
 
+import hashlib
+import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Callable
 
 import pandas as pd
@@ -22,6 +33,29 @@ from .store import ShardStore, shard_key
 GENERATION_COLUMNS = ["generation_id", "prompt_id", "item_id", "study", "role", "model", "policy", "keep_ratio",
                       "sink", "filler_tokens", "system_prompt", "frame", "paraphrase", "temperature", "seed",
                       "query", "reply", "new_tokens", "finish", "prompt_tokens", "kept_positions"]
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a row is decoded: greedy (temperature 0) or sampled at ``temperature`` under ``seed``."""
+
+    temperature: float = 0.0
+    seed: int = 0
+    max_new_tokens: int = 64
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+def decoding_grid(temperatures: list[float], seeds: list[int], max_new_tokens: int) -> list[Decoding]:
+    """Temperature 0 once, every other temperature once per seed (the frames study's 1 + 2 x 3 = 7)."""
+    grid = []
+    for t in temperatures:
+        grid += [Decoding(0.0, 0, max_new_tokens)] if t == 0 else [Decoding(t, s, max_new_tokens) for s in seeds]
+    return list(dict.fromkeys(grid))
 
 
 @torch.no_grad()
@@ -40,6 +74,83 @@ def prefill(model, input_ids: list[int], capture_window: int = 0) -> Prefill:
     return Prefill(out.cache, n, scores or None, out.logits[0, -1].float())
 
 
+@dataclass
+class Row:
+    """One row of a decode batch: an evicted cache, where its positions continue, how it samples."""
+
+    cache: object
+    start: int  # the original prompt length: the first new token's position
+    first_logits: torch.Tensor
+    decoding: Decoding
+    sample_key: str = ""
+    tokens: list[int] = field(default_factory=list)
+
+
+def _generator(row: Row) -> torch.Generator | None:
+    if row.decoding.temperature == 0:
+        return None
+    seed = int.from_bytes(hashlib.sha256(f"{row.sample_key}|{row.decoding.seed}".encode()).digest()[:8], "little")
+    return torch.Generator().manual_seed(seed)
+
+
+def _pick(logits: torch.Tensor, row: Row, gen: torch.Generator | None) -> int:
+    if gen is None:
+        return int(logits.argmax())
+    probs = (logits.float() / row.decoding.temperature).softmax(-1).cpu()
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _stack(caches: list, device) -> tuple[object, torch.Tensor]:
+    """One batched cache from per-row caches of different lengths, left-padded, and its mask."""
+    from transformers import DynamicCache
+
+    lengths = [c.layers[0].keys.shape[2] for c in caches]
+    width = max(lengths)
+    mask = torch.zeros(len(caches), width, dtype=torch.long, device=device)
+    for i, n in enumerate(lengths):
+        mask[i, width - n:] = 1
+    out = DynamicCache()
+    for layer in range(len(caches[0].layers)):
+        ks, vs = [], []
+        for c, n in zip(caches, lengths):
+            k, v = c.layers[layer].keys, c.layers[layer].values
+            pad = (0, 0, width - n, 0)
+            ks.append(torch.nn.functional.pad(k, pad))
+            vs.append(torch.nn.functional.pad(v, pad))
+        out.update(torch.cat(ks), torch.cat(vs), layer)
+    return out, mask
+
+
+@torch.no_grad()
+def decode(model, rows: list[Row], eos_ids: set[int]) -> list[tuple[list[int], str]]:
+    """Decode every row together; returns (tokens, "eos" | "length") per row, in order."""
+    gens = [_generator(r) for r in rows]
+    for r, g in zip(rows, gens):
+        r.tokens = [_pick(r.first_logits, r, g)]
+    live = [i for i, r in enumerate(rows) if r.tokens[-1] not in eos_ids and r.decoding.max_new_tokens > 1]
+    if live:
+        cache, mask = _stack([rows[i].cache for i in live], model.device)
+        while live:
+            ids = torch.tensor([[rows[i].tokens[-1]] for i in live], device=model.device)
+            pos = torch.tensor([[rows[i].start + len(rows[i].tokens) - 1] for i in live], device=model.device)
+            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+            logits = model(input_ids=ids, cache=cache, attention_mask=mask, position_ids=pos,
+                           use_cache=True).logits[:, -1]
+            keep = []
+            for j, i in enumerate(live):
+                r = rows[i]
+                r.tokens.append(_pick(logits[j], r, gens[i]))
+                if r.tokens[-1] not in eos_ids and len(r.tokens) < r.decoding.max_new_tokens:
+                    keep.append(j)
+            if len(keep) < len(live):
+                if keep:
+                    idx = torch.tensor(keep, device=model.device)
+                    cache.batch_select_indices(idx)
+                    mask = mask[idx]
+                live = [live[j] for j in keep]
+    return [(r.tokens, "eos" if r.tokens[-1] in eos_ids else "length") for r in rows]
+
+
 @torch.no_grad()
 def step(model, cache, token_ids: list[int], start: int) -> torch.Tensor:
     """Feed ``token_ids`` at positions ``start, start+1, ...``; returns the logits of the last one."""
@@ -51,16 +162,9 @@ def step(model, cache, token_ids: list[int], start: int) -> torch.Tensor:
 @torch.no_grad()
 def decode_greedy(model, pre: Prefill, keep: torch.Tensor | None, max_new_tokens: int,
                   eos_ids: set[int]) -> tuple[list[int], str]:
-    """Greedy tokens from an evicted copy of the prefill cache; returns (tokens, "eos" | "length")."""
-    cache = retention.evict(pre.cache, keep)
-    token = int(pre.last_logits.argmax())
-    out = [token]
-    pos = pre.length
-    while token not in eos_ids and len(out) < max_new_tokens:
-        token = int(step(model, cache, [token], pos).argmax())
-        pos += 1
-        out.append(token)
-    return out, ("eos" if token in eos_ids else "length")
+    """One row, unbatched: greedy tokens from an evicted copy of the prefill cache (the reference path)."""
+    row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, Decoding(0.0, 0, max_new_tokens))
+    return decode(model, [row], eos_ids)[0]
 
 
 @torch.no_grad()
@@ -97,47 +201,84 @@ def check_plan(prompts: pd.DataFrame, policies_of: Callable[[pd.Series], list[Re
             policy.check(n)
 
 
-def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
-        policies_of: Callable[[pd.Series], list[RetentionPolicy]], store: ShardStore, max_new_tokens: int,
-        answer_cue: tuple[list[int], list[str]] | None = None, seed: int = 0) -> pd.DataFrame:
-    """Generate every (prompt, policy) row not already in ``store``; return all rows in plan order.
+def _decoding_key(d: Decoding) -> dict:
+    if d.temperature == 0:
+        return {"mode": "greedy", "max_new_tokens": d.max_new_tokens}
+    return {"mode": "sample", "temperature": d.temperature, "seed": d.seed, "max_new_tokens": d.max_new_tokens}
 
+
+def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
+        policies_of: Callable[[pd.Series], list[RetentionPolicy]], store: ShardStore,
+        decodings: list[Decoding], answer_cue: tuple[list[int], list[str]] | None = None,
+        batch_rows: int = 64) -> pd.DataFrame:
+    """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order.
+
+    Prompts are prefilled one by one; their rows are decoded together ``batch_rows`` at a time.
     With ``answer_cue=(cue_ids, choices)``, each row's reply is the choice (e.g. an MMLU letter)
     whose token is most likely after the cue, decoded under the same retention.
     """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    if answer_cue:
+        decodings = [Decoding(0.0, 0, 1)]
     context = getattr(model.config, "max_position_embeddings", None)
-    check_plan(prompts, policies_of, context, 1 if answer_cue else max_new_tokens)
-    decoding = ({"mode": "choice", "cue": answer_cue[0], "choices": answer_cue[1]} if answer_cue
-                else {"mode": "greedy", "temperature": 0.0, "max_new_tokens": max_new_tokens})
+    check_plan(prompts, policies_of, context, max(d.max_new_tokens for d in decodings))
     if answer_cue:
         choice_ids = [tokenizer.encode(" " + c, add_special_tokens=False)[-1] for c in answer_cue[1]]
+        mode = {"mode": "choice", "cue": answer_cue[0], "choices": answer_cue[1]}
     eos = eos_token_ids(model, tokenizer)
-    plan = [(p, pol, row_key(model_name, p, pol, decoding)) for _, p in prompts.iterrows() for pol in policies_of(p)]
-    todo = [x for x in plan if not store.has(x[2])]
-    bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc=f"generate {model_name}", unit="row")
-    by_prompt: dict[str, list] = {}
-    for p, pol, key in todo:
-        by_prompt.setdefault(p["prompt_id"], []).append((p, pol, key))
-    for group in by_prompt.values():
-        p = group[0][0]
-        window = max((pol.window for _, pol, _ in group if pol.needs_window_attention), default=0)
+    plan = [(p, pol, d, row_key(model_name, p, pol, mode if answer_cue else _decoding_key(d)))
+            for _, p in prompts.iterrows() for pol in policies_of(p) for d in decodings]
+    todo: dict[str, list] = {}
+    for job in plan:
+        if not store.has(job[3]):
+            todo.setdefault(job[0]["prompt_id"], []).append(job)
+    bar = tqdm(total=len(plan), initial=len(plan) - sum(map(len, todo.values())), desc=f"generate {model_name}",
+               unit="row")
+    pending: list[tuple] = []
+    started, new_tokens = time.perf_counter(), 0
+
+    def record(p, pol, d, key, keep_len, reply, new, finish):
+        store.put(key, pd.DataFrame([{
+            "generation_id": key, "prompt_id": p["prompt_id"], "item_id": p["item_id"], "study": p["study"],
+            "role": p["role"], "model": model_name, "policy": pol.name, "keep_ratio": float(pol.keep_ratio),
+            "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]), "system_prompt": bool(p["system_prompt"]),
+            "frame": p.get("frame"), "paraphrase": p.get("paraphrase"), "temperature": d.temperature,
+            "seed": d.seed, "query": p["query"], "reply": reply, "new_tokens": new, "finish": finish,
+            "prompt_tokens": int(p["prompt_tokens"]), "kept_positions": keep_len,
+        }], columns=GENERATION_COLUMNS))
+        bar.update()
+
+    def flush():
+        nonlocal new_tokens
+        results = decode(model, [row for *_, row in pending], eos)
+        for (p, pol, d, key, row), (tokens, finish) in zip(pending, results):
+            record(p, pol, d, key, row.cache.layers[0].keys.shape[2],
+                   tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
+            new_tokens += len(tokens)
+        bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - started):.1f}")
+        pending.clear()
+
+    for jobs in todo.values():
+        p = jobs[0][0]
+        window = max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
         pre = prefill(model, list(p["input_ids"]), capture_window=window)
-        for _, pol, key in group:
-            keep = pol.select(pre)
+        kept = {}
+        for _, pol, d, key in jobs:
+            if id(pol) not in kept:
+                kept[id(pol)] = pol.select(pre)
+            keep = kept[id(pol)]
             if answer_cue:
-                reply, new, finish = answer_cue[1][choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)], 1, "choice"
-            else:
-                tokens, finish = decode_greedy(model, pre, keep, max_new_tokens, eos)
-                reply, new = tokenizer.decode(tokens, skip_special_tokens=True), len(tokens)
-            store.put(key, pd.DataFrame([{
-                "generation_id": key, "prompt_id": p["prompt_id"], "item_id": p["item_id"], "study": p["study"],
-                "role": p["role"], "model": model_name, "policy": pol.name, "keep_ratio": float(pol.keep_ratio),
-                "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]),
-                "system_prompt": bool(p["system_prompt"]), "frame": p.get("frame"), "paraphrase": p.get("paraphrase"),
-                "temperature": 0.0, "seed": seed, "query": p["query"], "reply": reply, "new_tokens": new, "finish": finish,
-                "prompt_tokens": int(p["prompt_tokens"]),
-                "kept_positions": pre.length if keep is None else int(keep.shape[-1]),
-            }], columns=GENERATION_COLUMNS))
-            bar.update()
+                choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
+                record(p, pol, d, key, pre.length if keep is None else int(keep.shape[-1]),
+                       answer_cue[1][choice], 1, "choice")
+                continue
+            row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
+                      sample_key=f"{key}|{d.temperature}")
+            pending.append((p, pol, d, key, row))
+        if len(pending) >= batch_rows:
+            flush()
+    if pending:
+        flush()
     bar.close()
-    return store.collect([k for _, _, k in plan])
+    return store.collect([job[3] for job in plan])

@@ -93,12 +93,13 @@ def generate(p: config.Params, prompts: pd.DataFrame, model, tokenizer) -> pd.Da
     context = getattr(model.config, "max_position_embeddings", None)
     generation.check_plan(harmful, policies_of, context, p.kv.max_new_tokens)
     generation.check_plan(mmlu, policies_of, context, 1)
-    parts = [generation.run(model, tokenizer, p.kv.model, harmful, policies_of, shards, p.kv.max_new_tokens,
-                            seed=p.seed)]
+    greedy = [generation.Decoding(0.0, p.seed, p.kv.max_new_tokens)]
+    parts = [generation.run(model, tokenizer, p.kv.model, harmful, policies_of, shards, greedy,
+                            batch_rows=p.kv.batch_rows)]
     if len(mmlu):
         cue = tokenizer.encode(MMLU_CUE, add_special_tokens=False)
-        parts.append(generation.run(model, tokenizer, p.kv.model, mmlu, policies_of, shards, 1,
-                                    answer_cue=(cue, ["A", "B", "C", "D"]), seed=p.seed))
+        parts.append(generation.run(model, tokenizer, p.kv.model, mmlu, policies_of, shards, greedy,
+                                    answer_cue=(cue, ["A", "B", "C", "D"])))
     gens = pd.concat(parts, ignore_index=True)
     save(p, "generations", gens)
     return gens
@@ -210,8 +211,8 @@ def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file:
                    p.kv.max_new_tokens) for i in range(len(items))]
     prompts = pd.concat(parts, ignore_index=True).assign(prompt_id=items["item_id"].values)
     shards = store.ShardStore(run_dir(run_name) / "shards" / "generations")
-    gens = generation.run(model, tok, model_name, prompts, lambda row: policy_list, shards, p.kv.max_new_tokens,
-                          seed=p.seed)
+    gens = generation.run(model, tok, model_name, prompts, lambda row: policy_list, shards,
+                          [generation.Decoding(0.0, p.seed, p.kv.max_new_tokens)], batch_rows=p.kv.batch_rows)
     return store.write_atomic(gens, run_dir(run_name) / "generations.parquet")
 
 
