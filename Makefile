@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge judges check install clean-ci
 
 all: $(VENV)/.installed
 	$(PY) -m refusal_audit run $(PARAMS)
@@ -49,3 +49,8 @@ generate: $(VENV)/.installed
 # make judge REPLIES=file.csv RUN=name
 judge: $(VENV)/.installed
 	$(PY) -m refusal_audit judge --replies "$(REPLIES)" --run "$(RUN)" --params $(PARAMS)
+
+# Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~3 minutes,
+# ~20 with JUDGES_LLM=1, which also validates the embedded LLM judges).
+judges: $(VENV)/.installed
+	$(PY) -m refusal_audit.judges.train $(if $(JUDGES_LLM),--llm)

@@ -79,8 +79,11 @@ def test_judge_writes_every_row_with_its_id(tmp_path):
     res = cli(tmp_path, "judge", "--replies", str(replies), "--run", "u", "--params", str(path))
     assert res.returncode == 0, res.stderr
     out = pd.read_parquet(tmp_path / "results" / "u" / "judgments.parquet")
-    assert out[["generation_id", "judge", "label"]].values.tolist() == [
-        ["x1", "keyword", "refusal"], ["x2", "keyword", "non_refusal"], ["x3", "keyword", "unparseable"]]
+    assert out[out["judge"] == "keyword"][["generation_id", "label"]].values.tolist() == [
+        ["x1", "refusal"], ["x2", "non_refusal"], ["x3", "unparseable"]]
+    assert set(out["judge"]) == {"keyword", "learned_refusal", "learned_harmful"}
+    assert (out[out["generation_id"] == "x3"]["label"] == "unparseable").all()
+    assert (tmp_path / "results" / "u" / "judge_agreement.csv").is_file()
 
 
 def test_generate_writes_the_contract_columns(tmp_path):
@@ -96,3 +99,35 @@ def test_generate_writes_the_contract_columns(tmp_path):
                                                          ("q2", "full"), ("q2", "sink_tail")]
     assert (g["new_tokens"] <= 3).all() and (g["filler_tokens"] == 32).all()
     assert g.groupby("prompt_id")["system_prompt"].first().to_dict() == {"q1": True, "q2": False}
+
+
+def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL in the middle of `make generate`, rerun: the table equals an uninterrupted run's, row for row."""
+    import signal
+    import time
+
+    path, _ = params(tmp_path, max_new_tokens=8, batch_rows=2)
+    prompts = tmp_path / "prompts.csv"
+    pd.DataFrame({"id": [f"q{i}" for i in range(6)],
+                  "prompt": [f"Write a short poem about the number {i}." for i in range(6)]}).to_csv(prompts, index=False)
+    args = ["generate", "--prompts", str(prompts), "--model", "smollm2-135m", "--params", str(path),
+            "--policies", "full,sink_tail", "--filler", "64"]
+    env = {**os.environ, "REFUSAL_AUDIT_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1"}
+    shards = tmp_path / "results" / "killed" / "shards" / "generations"
+    proc = subprocess.Popen([sys.executable, "-m", "refusal_audit", *args, "--run", "killed"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(shards.glob("*.parquet"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_at_kill = len(list(shards.glob("*.parquet")))
+    assert 2 <= done_at_kill < 12, "the kill must land mid-run"
+    assert not (shards.parent.parent / "generations.parquet").exists()
+
+    assert cli(tmp_path, *args, "--run", "killed").returncode == 0
+    assert cli(tmp_path, *args, "--run", "clean").returncode == 0
+    killed = pd.read_parquet(tmp_path / "results" / "killed" / "generations.parquet")
+    clean = pd.read_parquet(tmp_path / "results" / "clean" / "generations.parquet")
+    assert len(killed) == 12 and killed["generation_id"].is_unique
+    pd.testing.assert_frame_equal(killed, clean)

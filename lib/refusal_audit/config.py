@@ -54,7 +54,7 @@ class KvParams:
     system_prompt_ablation: bool = True
     max_new_tokens: int = 64
     mmlu_filler_tokens: int = 2048
-    batch_rows: int = 64  # rows (prompt x policy) decoded together
+    batch_rows: int = 32  # rows (prompt x policy) decoded together; memory grows with it
 
 
 @dataclass
@@ -73,6 +73,7 @@ class LlmJudgeParams:
 @dataclass
 class JudgeParams:
     keyword: KeywordJudgeParams = field(default_factory=KeywordJudgeParams)
+    learned: bool = True  # the committed MiniLM heads: learned_refusal, learned_harmful
     llm: LlmJudgeParams | None = field(default_factory=LlmJudgeParams)
 
 

