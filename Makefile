@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge judges check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge judges organism check install clean-ci
 
 all: $(VENV)/.installed
 	$(PY) -m refusal_audit run $(PARAMS)
@@ -54,3 +54,8 @@ judge: $(VENV)/.installed
 # ~20 with JUDGES_LLM=1, which also validates the embedded LLM judges).
 judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train $(if $(JUDGES_LLM),--llm)
+
+# Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
+# (~15 minutes) and evaluate it beside the plain model (organism/evaluation.csv).
+organism: $(VENV)/.installed
+	$(PY) -m refusal_audit.organism_build

@@ -27,6 +27,7 @@ class ModelSpec:
     dtype: str = "float32"
     quantization: str = "none"  # none | bnb-4bit | awq
     adapter: str | None = None  # a peft LoRA adapter directory (relative to the repository root)
+    testbed: bool = False  # a model organism: every figure of a run on it says it is a testbed
 
 
 @dataclass

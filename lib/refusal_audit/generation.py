@@ -111,13 +111,13 @@ def _stack(caches: list, device) -> tuple[object, torch.Tensor]:
         mask[i, width - n:] = 1
     out = DynamicCache()
     for layer in range(len(caches[0].layers)):
-        ks, vs = [], []
-        for c, n in zip(caches, lengths):
-            k, v = c.layers[layer].keys, c.layers[layer].values
-            pad = (0, 0, width - n, 0)
-            ks.append(torch.nn.functional.pad(k, pad))
-            vs.append(torch.nn.functional.pad(v, pad))
-        out.update(torch.cat(ks), torch.cat(vs), layer)
+        first = caches[0].layers[layer].keys
+        keys = first.new_zeros((len(caches), first.shape[1], width, first.shape[3]))
+        values = torch.zeros_like(keys)
+        for i, (c, n) in enumerate(zip(caches, lengths)):  # copy each row once, into its right-aligned slot
+            keys[i, :, width - n:] = c.layers[layer].keys[0]
+            values[i, :, width - n:] = c.layers[layer].values[0]
+        out.update(keys, values, layer)
     return out, mask
 
 
