@@ -51,7 +51,7 @@ def test_model_path_that_does_not_exist(tmp_path):
 def test_filler_longer_than_the_context(tmp_path):
     path, _ = params(tmp_path, filler_tokens=9000)
     assert_stopped(tmp_path, cli(tmp_path, "check", str(path)), "p.yaml: kv.filler_tokens: 9000 filler tokens",
-                   "context window of smollm2-135m (8192 positions)")
+                   "context window of smollm2-135m-guarded (8192 positions)")
 
 
 def test_generate_refuses_bad_prompt_files(tmp_path):
