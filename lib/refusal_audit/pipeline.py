@@ -187,6 +187,8 @@ def inputs(p: config.Params, items: pd.DataFrame) -> list[Path]:
         where = models.resolve(m.source)
         if where.gguf_file:
             files.add(Path(where.directory) / where.gguf_file)
+        if m.adapter:
+            files |= {f for f in (ROOT / m.adapter).iterdir() if f.is_file()}
     return sorted(files)
 
 
