@@ -40,17 +40,24 @@ def conditions(kv: KvParams, roles: set[str]) -> list[Condition]:
     return out
 
 
+def policy(kv: KvParams, name: str, sink: int | None = None) -> retention.RetentionPolicy:
+    """One named retention policy with the study's settings (budget, sink, SnapKV window)."""
+    if name == "full":
+        return retention.make("full")
+    if name == "sink_tail":
+        return retention.make("sink_tail", keep_ratio=kv.keep_ratio, sink=kv.sink if sink is None else sink)
+    if name == "snapkv":
+        return retention.make("snapkv", keep_ratio=kv.keep_ratio, window=kv.snapkv_window, kernel=kv.snapkv_kernel)
+    return retention.make(name, keep_ratio=kv.keep_ratio)
+
+
 def policies(kv: KvParams, role: str, filler_tokens: int, system_prompt: bool) -> list[retention.RetentionPolicy]:
     """The retention policies that decode one prompt of this condition."""
-    full = retention.make("full")
-    primary = retention.make("sink_tail", keep_ratio=kv.keep_ratio, sink=kv.sink)
-    snap = retention.make("snapkv", keep_ratio=kv.keep_ratio, window=kv.snapkv_window, kernel=kv.snapkv_kernel)
+    full, primary, snap = policy(kv, "full"), policy(kv, "sink_tail"), policy(kv, "snapkv")
     if role == "mmlu":
         return [full, primary, snap]
     main = role == "harmful" and filler_tokens == kv.filler_tokens and system_prompt
     if not main:
         return [full, primary]
-    sinks = [retention.make("sink_tail", keep_ratio=kv.keep_ratio, sink=s)
-             for s in dict.fromkeys([kv.sink] + kv.sink_ablation) if s != kv.sink]
+    sinks = [policy(kv, "sink_tail", s) for s in dict.fromkeys([kv.sink] + kv.sink_ablation) if s != kv.sink]
     return [full, primary, *sinks, snap]
-

@@ -214,17 +214,14 @@ def run_notebooks(params_file: str) -> None:
 def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file: str, policy_names: list[str],
                   filler_tokens: int) -> Path:
     """``make generate``: replies to a user's prompts under the chosen retention policies."""
-    from . import generation, retention
+    from . import generation
     from .prompts import build_prompts as build
 
     p = config.load(params_file)
     items = datasets.read_user_prompts(prompts_csv)
     m = spec(p, model_name)
     models.resolve(m.source)
-    policy_list = [retention.make(n, keep_ratio=1.0 if n == "full" else p.kv.keep_ratio,
-                                  **({"sink": p.kv.sink} if n == "sink_tail" else
-                                     {"window": p.kv.snapkv_window, "kernel": p.kv.snapkv_kernel} if n == "snapkv" else {}))
-                   for n in policy_names]
+    policy_list = [kv.policy(p.kv, n) for n in policy_names]
     model, tok = models.load(m)
     context = getattr(model.config, "max_position_embeddings", None)
     parts = [build(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
