@@ -112,3 +112,45 @@ def test_decoding_grid():
     grid = generation.decoding_grid([0.0, 0.4, 0.8], [0, 1, 2], 64)
     assert len(grid) == 7 and grid[0] == generation.Decoding(0.0, 0, 64)
     assert {(d.temperature, d.seed) for d in grid[1:]} == {(t, s) for t in (0.4, 0.8) for s in (0, 1, 2)}
+
+
+def test_a_reused_prefix_changes_no_output(embedded, tmp_path):
+    """Prompts sharing template + system text + filler: the second prefill computes only its own tail,
+    and its logits, window attention, SnapKV choice and greedy replies match a fresh prefill's."""
+    import torch
+
+    from refusal_audit.attention import attention_hook
+
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    a = prompts.render_ids(tok, "Be brief.", "Name three rivers in Europe.", 300)
+    b = prompts.render_ids(tok, "Be brief.", "Write one sentence about tea.", 300)
+    shared = generation.shared_prefix(a, b)
+    assert 300 < shared < len(b) - 8
+    fresh = generation.prefill(model, b, capture_window=8)
+    first = generation.prefill(model, a, capture_window=8)
+    seen = []
+    with attention_hook(model, lambda layer, q, k, m: seen.append(q.shape[2]) if layer == 0 else None):
+        reused = generation.prefill(model, b, capture_window=8, reuse=first)
+    assert seen == [len(b) - shared]  # only the unshared tail was computed
+    assert (reused.last_logits - fresh.last_logits).abs().max() < 1e-3
+    for x, y in zip(reused.cache.layers, fresh.cache.layers):
+        assert x.keys.shape == y.keys.shape and (x.keys - y.keys).abs().max() < 1e-4
+    assert max((x - y).abs().max() for x, y in zip(reused.window_scores, fresh.window_scores)) < 1e-5
+    snap = retention.make("snapkv", keep_ratio=0.5, window=8, kernel=3)
+    assert torch.equal(snap.select(reused), snap.select(fresh))
+    for pol in (retention.make("full"), snap):
+        assert (generation.decode_greedy(model, reused, pol.select(reused), 10, eos)
+                == generation.decode_greedy(model, fresh, pol.select(fresh), 10, eos))
+
+    # and through the engine: every row equals its reference decoded from a fresh prefill
+    items = pd.DataFrame({"item_id": ["a", "b"], "study": "kv", "role": "harmful",
+                          "text": ["Name three rivers in Europe.", "Write one sentence about tea."]})
+    table = prompts.build_prompts(items, tok, [(300, "Be brief.")])
+    pols = [retention.make("full"), snap]
+    got = generation.run(model, tok, "m", table, lambda row: pols, ShardStore(tmp_path), [generation.Decoding(0.0, 0, 10)])
+    for (_, p), (_, g) in zip(table.iterrows(), got.groupby("prompt_id", sort=False)):
+        pre = generation.prefill(model, p["input_ids"], capture_window=8)
+        want = [tok.decode(generation.decode_greedy(model, pre, pol.select(pre), 10, eos)[0], skip_special_tokens=True)
+                for pol in pols]
+        assert g["reply"].tolist() == want

@@ -1,8 +1,11 @@
 """Generation under KV retention: ONE prefill per prompt, every policy decodes from its own copy.
 
-Prompts are prefilled one at a time (prefill is compute-bound: batching it only adds padding);
-each policy's evicted copy of the cache becomes one row of a decode batch, and the rows of many
-prompts and policies decode together, left-padded to a common cache length with masked padding.
+Prompts are prefilled one at a time (prefill is compute-bound: batching it only adds padding), in
+token order, and a prompt that shares a leading stretch of tokens with the previous one (the kv
+study's prompts all open with the same template, system text and filler) reuses that stretch of
+its cache and runs only the rest. Each policy's evicted copy of the cache becomes one row of a
+decode batch; rows of similar cache length (of many prompts and policies) decode together,
+left-padded to a common length with masked padding, into caches preallocated for the new tokens.
 Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
 the shortened or padded cache (transformers 5 would otherwise place them at the cache length,
 shifting every rotary position after eviction). A row stops at EOS or ``max_new_tokens``.
@@ -11,11 +14,12 @@ Sampling: a row at temperature T > 0 draws each token from its own ``torch.Gener
 from (prompt, policy, temperature, seed), so a sampled row is the same whatever batch it is in.
 
 Results are written as one shard per (model, prompt, policy, decoding) as each batch finishes, so
-a rerun skips finished work and an interrupted run loses only the batch in flight.
+a rerun skips finished work and an interrupted run loses only rows not yet decoded.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from typing import Callable
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
+from transformers.cache_utils import DynamicLayer
 
 from . import retention
 from .attention import attention_hook
@@ -58,20 +63,53 @@ def decoding_grid(temperatures: list[float], seeds: list[int], max_new_tokens: i
     return list(dict.fromkeys(grid))
 
 
+MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed: reuse would save less than it costs
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _crop(cache, length: int):
+    """A new cache holding the first ``length`` positions of ``cache`` (which is left untouched)."""
+    from transformers import DynamicCache
+
+    out = DynamicCache()
+    for i, layer in enumerate(cache.layers):
+        out.update(layer.keys[:, :, :length], layer.values[:, :, :length], i)
+    return out
+
+
 @torch.no_grad()
-def prefill(model, input_ids: list[int], capture_window: int = 0) -> Prefill:
-    """Run the prompt once; optionally record the last ``capture_window`` queries' attention (SnapKV)."""
-    ids = torch.tensor([input_ids], device=model.device)
-    n = ids.shape[1]
+def prefill(model, input_ids: list[int], capture_window: int = 0, reuse: Prefill | None = None) -> Prefill:
+    """Run the prompt once; optionally record the last ``capture_window`` queries' attention (SnapKV).
+
+    With ``reuse`` (an earlier prompt's prefill), the positions both prompts share are taken from its
+    cache and only the rest is computed; the last ``max(capture_window, 1)`` positions are always
+    computed here, so the window's attention and the last logits come from this forward pass.
+    """
+    n = len(input_ids)
+    start = 0
+    if reuse is not None and reuse.input_ids is not None:
+        start = min(shared_prefix(reuse.input_ids, input_ids), n - max(capture_window, 1))
+        start = start if start >= MIN_SHARED_PREFIX else 0
+    ids = torch.tensor([input_ids[start:]], device=model.device)
     scores: list[torch.Tensor] = []
 
     def record(layer_idx, query, key, mask):
-        if query.shape[2] == n:
+        if query.shape[2] == n - start and key.shape[2] == n:
             scores.append(retention.window_scores(query.float(), key.float(), capture_window)[0].cpu())
 
     with attention_hook(model, record) if capture_window else nullcontext():
-        out = model(input_ids=ids, use_cache=True)
-    return Prefill(out.cache, n, scores or None, out.logits[0, -1].float())
+        out = model(input_ids=ids, cache=_crop(reuse.cache, start) if start else None,
+                    position_ids=torch.arange(start, n, device=model.device)[None], use_cache=True)
+    return Prefill(out.cache, n, scores or None, out.logits[0, -1].float(), list(input_ids))
 
 
 @dataclass
@@ -100,8 +138,40 @@ def _pick(logits: torch.Tensor, row: Row, gen: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
-def _stack(caches: list, device) -> tuple[object, torch.Tensor]:
-    """One batched cache from per-row caches of different lengths, left-padded, and its mask."""
+class _PreallocatedLayer(DynamicLayer):
+    """A cache layer over a buffer with room for the new tokens: a decode step writes its position in
+    place. ``DynamicLayer.update`` concatenates, copying every row's whole cache at every step, and
+    at 2k context that copy, not the arithmetic, dominated batched decoding. Hand-written because
+    transformers' StaticCache assumes one cache length shared by the batch and its own positions."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+        super().__init__()
+        self._k, self._v, self._n = keys, values, length
+        self.is_initialized, self.device = True, keys.device
+        self._view()
+
+    def _view(self):
+        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        m = key_states.shape[2]
+        if self._n + m > self._k.shape[2]:  # out of room (not in the engine's use): grow
+            grow = lambda t: torch.cat([t, t.new_zeros(t.shape[:2] + (self._n + m,) + t.shape[3:])], dim=2)
+            self._k, self._v = grow(self._k), grow(self._v)
+        self._k[:, :, self._n: self._n + m] = key_states
+        self._v[:, :, self._n: self._n + m] = value_states
+        self._n += m
+        self._view()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._view()
+
+
+def _stack(caches: list, device, room: int = 0) -> tuple[object, torch.Tensor]:
+    """One batched cache from per-row caches of different lengths, left-padded, with ``room`` free
+    positions after them for the new tokens; and its attention mask."""
     from transformers import DynamicCache
 
     lengths = [c.layers[0].keys.shape[2] for c in caches]
@@ -112,24 +182,28 @@ def _stack(caches: list, device) -> tuple[object, torch.Tensor]:
     out = DynamicCache()
     for layer in range(len(caches[0].layers)):
         first = caches[0].layers[layer].keys
-        keys = first.new_zeros((len(caches), first.shape[1], width, first.shape[3]))
+        keys = first.new_zeros((len(caches), first.shape[1], width + room, first.shape[3]))
         values = torch.zeros_like(keys)
         for i, (c, n) in enumerate(zip(caches, lengths)):  # copy each row once, into its right-aligned slot
-            keys[i, :, width - n:] = c.layers[layer].keys[0]
-            values[i, :, width - n:] = c.layers[layer].values[0]
-        out.update(keys, values, layer)
+            keys[i, :, width - n: width] = c.layers[layer].keys[0]
+            values[i, :, width - n: width] = c.layers[layer].values[0]
+        out.layers.append(_PreallocatedLayer(keys, values, width))
     return out, mask
 
 
 @torch.no_grad()
 def decode(model, rows: list[Row], eos_ids: set[int]) -> list[tuple[list[int], str]]:
-    """Decode every row together; returns (tokens, "eos" | "length") per row, in order."""
+    """Decode every row together; returns (tokens, "eos" | "length") per row, in order. The rows'
+    caches are consumed (copied into the batch, then released)."""
     gens = [_generator(r) for r in rows]
     for r, g in zip(rows, gens):
         r.tokens = [_pick(r.first_logits, r, g)]
     live = [i for i, r in enumerate(rows) if r.tokens[-1] not in eos_ids and r.decoding.max_new_tokens > 1]
     if live:
-        cache, mask = _stack([rows[i].cache for i in live], model.device)
+        room = max(rows[i].decoding.max_new_tokens for i in live)
+        cache, mask = _stack([rows[i].cache for i in live], model.device, room)
+        for i in live:  # the batch holds its own copy: free the row's
+            rows[i].cache = None
         while live:
             ids = torch.tensor([[rows[i].tokens[-1]] for i in live], device=model.device)
             pos = torch.tensor([[rows[i].start + len(rows[i].tokens) - 1] for i in live], device=model.device)
@@ -207,13 +281,20 @@ def _decoding_key(d: Decoding) -> dict:
     return {"mode": "sample", "temperature": d.temperature, "seed": d.seed, "max_new_tokens": d.max_new_tokens}
 
 
+def _length_class(cache_length: int) -> int:
+    """Rows decode with rows of similar cache length (within a factor of sqrt 2): a row padded to a
+    cache three times its own (a full-retention row beside evicted ones) costs three times the work."""
+    return round(2 * math.log2(max(cache_length, 1)))
+
+
 def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         policies_of: Callable[[pd.Series], list[RetentionPolicy]], store: ShardStore,
         decodings: list[Decoding], answer_cue: tuple[list[int], list[str]] | None = None,
         batch_rows: int = 64) -> pd.DataFrame:
     """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order.
 
-    Prompts are prefilled one by one; their rows are decoded together ``batch_rows`` at a time.
+    Prompts are prefilled one by one (reusing a prefix shared with the previous prompt); rows of
+    similar cache length are decoded together ``batch_rows`` at a time.
     With ``answer_cue=(cue_ids, choices)``, each row's reply is the choice (e.g. an MMLU letter)
     whose token is most likely after the cue, decoded under the same retention.
     """
@@ -235,7 +316,7 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
             todo.setdefault(job[0]["prompt_id"], []).append(job)
     bar = tqdm(total=len(plan), initial=len(plan) - sum(map(len, todo.values())), desc=f"generate {model_name}",
                unit="row")
-    pending: list[tuple] = []
+    pending: dict[int, list[tuple]] = {}  # rows waiting to decode, by cache-length class
     started, new_tokens = time.perf_counter(), 0
 
     def record(p, pol, d, key, keep_len, reply, new, finish):
@@ -249,20 +330,22 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         }], columns=GENERATION_COLUMNS))
         bar.update()
 
-    def flush():
+    def flush(group: list[tuple]):
         nonlocal new_tokens
-        results = decode(model, [row for *_, row in pending], eos)
-        for (p, pol, d, key, row), (tokens, finish) in zip(pending, results):
-            record(p, pol, d, key, row.cache.layers[0].keys.shape[2],
-                   tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
+        kept = [row.cache.layers[0].keys.shape[2] for *_, row in group]
+        results = decode(model, [row for *_, row in group], eos)
+        for (p, pol, d, key, row), n_kept, (tokens, finish) in zip(group, kept, results):
+            record(p, pol, d, key, n_kept, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
             new_tokens += len(tokens)
         bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - started):.1f}")
-        pending.clear()
+        group.clear()
 
-    for jobs in todo.values():
+    pre = None
+    # in token order, so that prompts sharing a prefix (same template, system text, filler) are neighbours
+    for jobs in sorted(todo.values(), key=lambda jobs: list(jobs[0][0]["input_ids"])):
         p = jobs[0][0]
         window = max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
-        pre = prefill(model, list(p["input_ids"]), capture_window=window)
+        pre = prefill(model, list(p["input_ids"]), capture_window=window, reuse=pre)
         kept = {}
         for _, pol, d, key in jobs:
             if id(pol) not in kept:
@@ -275,10 +358,12 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
                 continue
             row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
                       sample_key=f"{key}|{d.temperature}")
-            pending.append((p, pol, d, key, row))
-        if len(pending) >= batch_rows:
-            flush()
-    if pending:
-        flush()
+            group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
+            group.append((p, pol, d, key, row))
+            if len(group) >= batch_rows:
+                flush(group)
+    for group in pending.values():
+        if group:
+            flush(group)
     bar.close()
     return store.collect([job[3] for job in plan])

@@ -38,6 +38,7 @@ class Prefill:
     length: int
     window_scores: list[torch.Tensor] | None = None  # per layer, [kv_heads, length]
     last_logits: torch.Tensor | None = None
+    input_ids: list[int] | None = None  # the prompt (lets the next prefill reuse a shared prefix)
 
 
 @dataclass
@@ -148,12 +149,14 @@ def window_scores(query: torch.Tensor, key: torch.Tensor, window: int) -> torch.
     """Attention of the last ``window`` queries over all keys, summed over the window and averaged
     over the query heads that share a KV head: ``[batch, kv_heads, keys]``.
 
-    ``query`` is ``[batch, heads, n, d]`` and ``key`` ``[batch, kv_heads, n, d]`` (post-rotary).
+    ``query`` is ``[batch, heads, m, d]``, the LAST ``m`` positions of an ``n``-token prompt
+    (``m = n`` for a plain prefill, ``m < n`` when a cached prefix was reused), and ``key`` is
+    ``[batch, kv_heads, n, d]`` (post-rotary).
     """
-    b, h, n, d = query.shape
-    kv = key.shape[1]
-    w = min(window, n)
-    q = query[:, :, n - w:]
+    b, h, m, d = query.shape
+    kv, n = key.shape[1], key.shape[2]
+    w = min(window, m)
+    q = query[:, :, m - w:]
     k = key.repeat_interleave(h // kv, dim=1)
     logits = q @ k.transpose(-1, -2) / math.sqrt(d)
     causal = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]
