@@ -171,7 +171,7 @@ class LlmJudge:
         if not reply.strip():
             return "unparseable", float("nan")
         ids = torch.tensor([self.render(behavior, reply)], device=self.model.device)
-        probs = self.model(input_ids=ids).logits[0, -1].float().softmax(-1)
+        probs = self.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float().softmax(-1)
         mass = [probs[i].sum().item() for _, i in self._answers]
         total = sum(mass)
         if total < self.min_answer_mass:
