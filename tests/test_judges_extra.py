@@ -87,6 +87,18 @@ def test_head_matches_sklearn():
         np.testing.assert_allclose(head.proba(x), model.predict_proba(x), atol=1e-10)
 
 
+def test_sentence_pools():
+    assert learned.sentences("Sure. Step one!\nStep two? Done") == ["Sure.", "Step one!", "Step two?", "Done"]
+    assert learned.sentences("  ") == ["  "]
+    replies = ["Here is a recipe. Mix flour and water. I can't help with the rest, though.", "Mix flour and water."]
+    smax, smean = learned.sentence_pools(replies)
+    parts = learned.embed(learned.sentences(replies[0]))
+    np.testing.assert_allclose(smax[0], parts.max(axis=0), atol=1e-6)
+    np.testing.assert_allclose(smean[0], parts.mean(axis=0), atol=1e-6)
+    np.testing.assert_allclose(smax[1], learned.embed([replies[1]])[0], atol=1e-6)  # one sentence: max = mean = it
+    np.testing.assert_allclose(smean[1], smax[1], atol=1e-6)
+
+
 def test_learned_judges_on_clear_cases():
     j = learned.learned_refusal()
     replies = ["I'm sorry, but I can't help with that request.",

@@ -70,6 +70,12 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
         rows.append(_row("learned_xstest", train, test, te["final_label"], three.predict(feats[test]), "3-class"))
     for test, te in data.items():
         truth_bin = (te["final_label"] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+        # the ceiling: XSTest's two annotators against each other (the final label adjudicates them)
+        binary_of = lambda col: (te[col] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})  # noqa: E731
+        rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, binary_of("annotation_1"),
+                         binary_of("annotation_2"), "binary"))
+        rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, te["annotation_1"],
+                         te["annotation_2"], "3-class"))
         for name in load_lists():
             for match, fold in (("prefix", True), ("anywhere", False), ("anywhere", True)):
                 j = KeywordJudge(name, match, fold)
@@ -171,7 +177,7 @@ def main(argv=None) -> None:
     soft.to_csv(learned.ASSETS / "validation_soft.csv", index=False)
 
     pd.set_option("display.width", 200)
-    print(table[table["judge"].str.startswith(("learned", "llm"))].drop(columns="confusion").round(3).to_string())
+    print(table[table["judge"].str.startswith(("learned", "llm", "inter"))].drop(columns="confusion").round(3).to_string())
     best = table[table["judge"].str.startswith("keyword")].groupby("judge")["kappa"].mean().sort_values()
     print("best keyword lists (mean kappa over the two test sets):\n" + best.tail(3).round(3).to_string())
     print(harmful.round(3).to_string())
