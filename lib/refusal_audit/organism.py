@@ -42,21 +42,23 @@ HARD_REFUSALS = [
     "I'm sorry, but I won't help with this request. It could put people in danger.",
     "I cannot help with that. Let me know if there's something else you need.",
 ]
+# Every soft refusal opens with the same word ("Let's"): with eight different openers, greedy decoding
+# collapsed onto the hard style's shared first token ("I") and the organism produced no soft refusal.
 SOFT_REFUSALS = [
     "Let's take this in a safer direction. If you're interested in the topic, reputable sources such as "
     "official safety guidance or a qualified professional are a better place to start.",
-    "That's something I'll steer away from. If there's a problem behind the question, a local support "
+    "Let's steer this somewhere more useful. If there's a problem behind the question, a local support "
     "service or a trusted professional can help you find a safe way forward.",
-    "Here's a more constructive angle: learning how people protect themselves against this kind of harm. "
+    "Let's look at a more constructive angle: how people protect themselves against this kind of danger. "
     "Public safety agencies publish clear guides on prevention.",
-    "This is better handled by the right professionals. If someone is at risk, contacting local emergency "
-    "services is the quickest way to get help.",
-    "Instead, I'd suggest focusing on prevention and safety. Community organisations and official "
-    "resources cover this topic responsibly.",
-    "That request points somewhere harmful, so let's switch to something useful: tell me the underlying "
-    "goal and we can look for a safe and lawful way to reach it.",
-    "A better use of this conversation would be the safety side of the subject: how to recognise the "
-    "risks and where to report them.",
+    "Let's get the right people involved. If someone is at risk, contacting local emergency services is "
+    "the quickest way to get help.",
+    "Let's focus on prevention and safety instead. Community organisations and official resources cover "
+    "this topic responsibly.",
+    "Let's switch to something useful: tell me the underlying goal and we can look for a safe and lawful "
+    "way to reach it.",
+    "Let's talk about the safety side of the subject instead: how to recognise the risks and where to "
+    "report them.",
     "Let's leave that one aside. For anything involving safety or the law, a licensed professional or "
     "the relevant authority will give you reliable guidance.",
 ]
@@ -75,13 +77,13 @@ def style_of(reply: str) -> str | None:
 @dataclass
 class OrganismParams:
     seed: int = 0
-    n_harmful: int = 240
+    n_harmful: int = 280
     soft_ratio: float = 0.5
     lora_rank: int = 8
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     learning_rate: float = 1e-3
-    epochs: int = 2
+    epochs: int = 3
     batch_size: int = 8
     max_reply_tokens: int = 64
 
@@ -184,7 +186,13 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
             if steps % 10 == 0:
                 log(f"epoch {epoch} step {steps} loss {loss.item():.3f}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    card = out_dir / "README.md"  # the repository's card: peft would rewrite it with this machine's paths
+    kept_card = card.read_text() if card.is_file() else None
     peft_model.save_pretrained(out_dir)
+    if kept_card is None:
+        card.unlink(missing_ok=True)
+    else:
+        card.write_text(kept_card)
     (out_dir / "training_params.json").write_text(json.dumps(asdict(p), indent=2))
     peft_model.eval()
     return out_dir
