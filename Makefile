@@ -56,6 +56,6 @@ judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train $(if $(JUDGES_LLM),--llm)
 
 # Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
-# (~15 minutes) and evaluate it beside the plain model (organism/evaluation.csv).
+# (~25 minutes) and evaluate it beside the plain model (organism/evaluation.csv).
 organism: $(VENV)/.installed
 	$(PY) -m refusal_audit.organism_build
