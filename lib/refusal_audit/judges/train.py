@@ -54,6 +54,11 @@ def _row(judge, train, test, truth, pred, scheme):
             "confusion": json.dumps({"labels": labels, "matrix": cm.tolist()})}
 
 
+def _binary(labels: pd.Series) -> pd.Series:
+    """XSTest's three classes as the binary refusal label: full or partial refusal = refusal."""
+    return (labels != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+
+
 def xstest_tables() -> dict[str, pd.DataFrame]:
     return {m: pd.read_csv(p, keep_default_na=False) for m, p in XSTEST.items()}
 
@@ -63,17 +68,16 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
     for train, test in (("mistralinstruct", "mistralguard"), ("mistralguard", "mistralinstruct")):
         tr, te = data[train], data[test]
         binary = _fit(feats[train], tr["final_label"] != "1_full_compliance")
-        truth_bin = (te["final_label"] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+        truth_bin = _binary(te["final_label"])
         pred_bin = pd.Series(binary.predict(feats[test])).map({True: "refusal", False: "non_refusal"})
         rows.append(_row("learned_refusal", train, test, truth_bin, pred_bin, "binary"))
         three = _fit(feats[train], tr["final_label"])
         rows.append(_row("learned_xstest", train, test, te["final_label"], three.predict(feats[test]), "3-class"))
     for test, te in data.items():
-        truth_bin = (te["final_label"] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
+        truth_bin = _binary(te["final_label"])
         # the ceiling: XSTest's two annotators against each other (the final label adjudicates them)
-        binary_of = lambda col: (te[col] != "1_full_compliance").map({True: "refusal", False: "non_refusal"})  # noqa: E731
-        rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, binary_of("annotation_1"),
-                         binary_of("annotation_2"), "binary"))
+        rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, _binary(te["annotation_1"]),
+                         _binary(te["annotation_2"]), "binary"))
         rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, te["annotation_1"],
                          te["annotation_2"], "3-class"))
         for name in load_lists():
