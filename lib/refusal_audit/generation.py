@@ -158,9 +158,8 @@ class _PreallocatedLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         m = key_states.shape[2]
-        if self._n + m > self._k.shape[2]:  # out of room (not in the engine's use): grow
-            grow = lambda t: torch.cat([t, t.new_zeros(t.shape[:2] + (self._n + m,) + t.shape[3:])], dim=2)
-            self._k, self._v = grow(self._k), grow(self._v)
+        if self._n + m > self._k.shape[2]:
+            raise RuntimeError(f"decode cache full: {self._n} + {m} positions, room for {self._k.shape[2]}")
         self._k[:, :, self._n: self._n + m] = key_states
         self._v[:, :, self._n: self._n + m] = value_states
         self._n += m
