@@ -54,7 +54,7 @@ judge: $(VENV)/.installed
 judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train
 
-# Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~30 minutes).
+# Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~20 minutes on 2 cores).
 judges-llm: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train --llm
 

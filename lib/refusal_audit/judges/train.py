@@ -187,7 +187,7 @@ def validate_soft(judges) -> pd.DataFrame:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llm", action="store_true",
-                    help="validate the LLM judges only (embedded model, ~30 min on 2 cores); writes validation_llm.csv")
+                    help="validate the LLM judges only (embedded model, ~20 min on 2 cores); writes validation_llm.csv")
     args = ap.parse_args(argv)
     learned.ASSETS.mkdir(exist_ok=True)
     pd.set_option("display.width", 200)
