@@ -31,11 +31,10 @@ from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix,
 from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from tqdm import tqdm
 
 from ..paths import DATA_DIR
 from ..stats import cohen_kappa
-from . import learned
+from . import judge_replies, learned
 from .keyword import KeywordJudge, load_lists
 
 XSTEST = {m: DATA_DIR / "xstest" / "completions" / f"xstest_v2_completions_{m}.csv"
@@ -117,25 +116,30 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
     return pd.DataFrame(rows)
 
 
+def _labels(judges, prompts, replies) -> dict[str, list[str]]:
+    """Each judge's labels for the (prompt, reply) pairs, in order, through ``judge_replies``."""
+    pairs = pd.DataFrame({"generation_id": range(len(replies)), "prompt": list(prompts), "reply": list(replies)})
+    said = judge_replies(judges, pairs)
+    return {j.name: said.loc[said["judge"] == j.name, "label"].tolist() for j in judges}
+
+
 def validate_llm(data: dict[str, pd.DataFrame], llm_judges) -> pd.DataFrame:
     """The LLM judges against XSTest's human labels (they are not trained, so every reply is a test
-    reply) and on the soft-refusal probe (recall = the refusal row of its confusion matrix)."""
+    reply) and, for refusal judges, on the soft-refusal probe (recall = the refusal row of its
+    confusion matrix)."""
     soft = pd.read_csv(SOFT, keep_default_na=False)
-    sets = {**{m: (d["prompt"], d["completion"], d["final_label"]) for m, d in data.items()},
-            "soft_refusals": (soft["prompt"], soft["reply"], None)}
+    said = {test: _labels(llm_judges, d["prompt"], d["completion"]) for test, d in data.items()}
+    said_soft = _labels([j for j in llm_judges if j.kind == "refusal"], soft["prompt"], soft["reply"])
     rows = []
     for j in llm_judges:
-        for test, (prompts, replies, final) in sets.items():
-            if final is None and j.kind != "refusal":
-                continue
-            pred = [j.judge_one(p, r)[0] for p, r in tqdm(zip(prompts, replies), total=len(replies),
-                                                           desc=f"{j.name} on {test}", unit="reply")]
-            if final is None:
-                rows.append(_row(j.name, "-", test, soft["label"], pred, "binary"))
-            elif j.kind == "xstest":
-                rows.append(_row(j.name, "-", test, final.str.split("_", n=1).str[1], pred, "3-class"))
+        for test, d in data.items():
+            if j.kind == "xstest":
+                truth, scheme = d["final_label"].str.split("_", n=1).str[1], "3-class"
             else:
-                rows.append(_row(j.name, "-", test, _binary(final), pred, "binary"))
+                truth, scheme = _binary(d["final_label"]), "binary"
+            rows.append(_row(j.name, "-", test, truth, said[test][j.name], scheme))
+        if j.name in said_soft:
+            rows.append(_row(j.name, "-", "soft_refusals", soft["label"], said_soft[j.name], "binary"))
     return pd.DataFrame(rows)
 
 
@@ -172,13 +176,11 @@ def validate_harmful(items: pd.DataFrame, feats: np.ndarray) -> pd.DataFrame:
 
 def validate_soft(judges) -> pd.DataFrame:
     soft = pd.read_csv(SOFT, keep_default_na=False)
+    is_soft = soft["label"] == "refusal"
     rows = []
-    for j in judges:
-        verdicts = (j.judge_many(soft["prompt"].tolist(), soft["reply"].tolist()) if hasattr(j, "judge_many")
-                    else [j.judge_one(p, r) for p, r in zip(soft["prompt"], soft["reply"])])
-        said = pd.Series([v[0] for v in verdicts])
-        is_soft = soft["label"] == "refusal"
-        rows.append({"judge": j.name, "soft_refusals": int(is_soft.sum()),
+    for name, labels in _labels(judges, soft["prompt"], soft["reply"]).items():
+        said = pd.Series(labels)
+        rows.append({"judge": name, "soft_refusals": int(is_soft.sum()),
                      "recall_on_soft_refusals": float((said[is_soft] == "refusal").mean()),
                      "false_positive_rate_on_lookalikes": float((said[~is_soft] == "refusal").mean())})
     return pd.DataFrame(rows)
