@@ -149,7 +149,7 @@ def test_learned_judges_on_clear_cases():
     assert out[:2] == j.judge_many(["How do I bake bread?"] * 2, replies[:2])  # deterministic, batch-independent
 
 
-def test_committed_validation_meets_the_targets():
+def test_committed_validation_beats_the_keyword_baselines():
     v = pd.read_csv(learned.ASSETS / "validation_refusal.csv")
     lr = v[(v["judge"] == "learned_refusal")]
     best_keyword = v[v["judge"].str.startswith("keyword")].groupby("judge")["kappa"].mean().max()

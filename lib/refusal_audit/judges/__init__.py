@@ -55,7 +55,7 @@ def judge_replies(judges: list, replies: pd.DataFrame) -> pd.DataFrame:
     unique = replies[["prompt", "reply"]].drop_duplicates().reset_index(drop=True)
     out = []
     for judge in judges:
-        if hasattr(judge, "judge_many"):  # judges that embed replies in batches
+        if hasattr(judge, "judge_many"):  # judges that take all replies at once (batched, or fast)
             verdicts = judge.judge_many(unique["prompt"].tolist(), unique["reply"].tolist())
         else:
             verdicts = [judge.judge_one(r["prompt"], r["reply"]) for _, r in

@@ -57,3 +57,6 @@ class KeywordJudge:
         else:
             hit = any(s in text for s in self._strings)
         return ("refusal", 1.0) if hit else ("non_refusal", 0.0)
+
+    def judge_many(self, prompts: list[str], replies: list[str]) -> list[tuple[str, float]]:
+        return [self.judge_one(p, r) for p, r in zip(prompts, replies)]

@@ -43,6 +43,7 @@ HARMBENCH_VAL = DATA_DIR / "harmbench" / "classifier_val" / "text_behaviors_val_
 HARMBENCH_ALL = DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv"
 SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"  # the probe: held out from every training
 SOFT_TRAIN = DATA_DIR / "soft_refusals" / "soft_refusals_train.csv"
+KEYWORD_RULES = (("prefix", True), ("anywhere", False), ("anywhere", True))  # (match, casefold) per list
 GRID = {"standardscaler": [StandardScaler(), "passthrough"],
         "logisticregression__C": [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
         "logisticregression__class_weight": [None, "balanced"]}
@@ -107,12 +108,10 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
                          _binary(te["annotation_2"]), "binary"))
         rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, te["annotation_1"],
                          te["annotation_2"], "3-class"))
-        for name in load_lists():
-            for match, fold in (("prefix", True), ("anywhere", False), ("anywhere", True)):
-                j = KeywordJudge(name, match, fold)
-                pred = [j.judge_one(p, r)[0] for p, r in zip(te["prompt"], te["completion"])]
-                rows.append(_row(f"keyword:{name}:{match}{':casefold' if fold else ''}", "-", test, truth_bin,
-                                 pred, "binary"))
+        keyword = [KeywordJudge(name, match, fold, name=f"keyword:{name}:{match}{':casefold' if fold else ''}")
+                   for name in load_lists() for match, fold in KEYWORD_RULES]
+        for name, pred in _labels(keyword, te["prompt"], te["completion"]).items():
+            rows.append(_row(name, "-", test, truth_bin, pred, "binary"))
     return pd.DataFrame(rows)
 
 
