@@ -69,6 +69,17 @@ def test_judge_refuses_missing_columns(tmp_path):
     assert_stopped(tmp_path, res, "replies.csv: missing column(s) ['reply']")
 
 
+@pytest.mark.parametrize("content, message", [
+    ("prompt,reply\nhi,caf\xe9\n".encode("latin-1"), "replies.csv: not UTF-8 text"),
+    (b"id,prompt,reply\na,hi,no\na,hi,yes\n", "replies.csv: row 1: duplicate id 'a'"),
+])
+def test_judge_refuses_bad_replies_files(tmp_path, content, message):
+    bad = tmp_path / "replies.csv"
+    bad.write_bytes(content)
+    res = cli(tmp_path, "judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
+    assert_stopped(tmp_path, res, message)
+
+
 def test_judge_writes_every_row_with_its_id(tmp_path):
     path, raw = params(tmp_path)
     raw["judges"] = {"llm": None}
