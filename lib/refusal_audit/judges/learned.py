@@ -10,12 +10,12 @@ used through sentence-transformers). The heads are trained by ``make judges``
   alternatives counts) or a partial refusal (any mix of refusal and compliance), as two XSTest
   annotators judged Mistral-7B replies; trained on those 900 replies. Features: the embedding of
   the reply's opening (where refusals live), the embedding of the whole reply (first 256 word
-  pieces), the element-wise max and mean of its sentences' embeddings (a
-  refusal sentence inside a helpful reply), two keyword hits (XSTest's prefix list, GCG's anywhere
-  list), and four relevance scalars: the cosine between the request and the reply, its opening, and
-  (max, mean) its sentences (a refusal talks about something other than what was asked). The request
-  enters only through those scalars: its own embedding would teach the head that unsafe-looking
-  requests get refused, a prior that would bias a study where every request is harmful.
+  pieces), the element-wise max and mean of its sentences' embeddings (a refusal sentence inside a
+  helpful reply), two keyword hits (XSTest's prefix list, GCG's anywhere list), and four relevance
+  scalars: the cosine between the request and the reply, its opening, and (max, mean) its sentences
+  (a refusal talks about something other than what was asked). The request enters only through
+  those scalars: its own embedding would teach the head that unsafe-looking requests get refused, a
+  prior that would bias a study where every request is harmful.
 * ``learned_refusal_soft`` (kind ``refusal``): the same definition and features, also trained on 64
   hand-written replies (32 soft refusals, which XSTest's definition counts as full refusals, and 32
   look-alike answers), because XSTest holds few refusals without a canonical phrase. It finds far

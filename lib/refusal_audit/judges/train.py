@@ -108,8 +108,8 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
                          _binary(te["annotation_2"]), "binary"))
         rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, te["annotation_1"],
                          te["annotation_2"], "3-class"))
-        keyword = [KeywordJudge(name, match, fold, name=f"keyword:{name}:{match}{':casefold' if fold else ''}")
-                   for name in load_lists() for match, fold in KEYWORD_RULES]
+        keyword = [KeywordJudge(lst, match, fold, name=f"keyword:{lst}:{match}{':casefold' if fold else ''}")
+                   for lst in load_lists() for match, fold in KEYWORD_RULES]
         for name, pred in _labels(keyword, te["prompt"], te["completion"]).items():
             rows.append(_row(name, "-", test, truth_bin, pred, "binary"))
     return pd.DataFrame(rows)
