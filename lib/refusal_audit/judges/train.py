@@ -101,6 +101,8 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
             rows.append(_row(name, train, test, truth_bin, pred_bin, "binary"))
         three = _fit(feats[train], y)
         rows.append(_row("learned_xstest", train, test, te["final_label"], three.predict(feats[test]), "3-class"))
+    keyword = [KeywordJudge(lst, match, fold, name=f"keyword:{lst}:{match}{':casefold' if fold else ''}")
+               for lst in load_lists() for match, fold in KEYWORD_RULES]
     for test, te in data.items():
         truth_bin = _binary(te["final_label"])
         # the ceiling: XSTest's two annotators against each other (the final label adjudicates them)
@@ -108,8 +110,6 @@ def validate_refusal(data: dict[str, pd.DataFrame], feats: dict[str, np.ndarray]
                          _binary(te["annotation_2"]), "binary"))
         rows.append(_row("inter_annotator (annotation_2 vs annotation_1)", "-", test, te["annotation_1"],
                          te["annotation_2"], "3-class"))
-        keyword = [KeywordJudge(lst, match, fold, name=f"keyword:{lst}:{match}{':casefold' if fold else ''}")
-                   for lst in load_lists() for match, fold in KEYWORD_RULES]
         for name, pred in _labels(keyword, te["prompt"], te["completion"]).items():
             rows.append(_row(name, "-", test, truth_bin, pred, "binary"))
     return pd.DataFrame(rows)
