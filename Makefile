@@ -1,6 +1,7 @@
 # refusal-audit: `make all` regenerates every figure of a run, `make test` runs the test suite.
 # The first use creates .venv and installs everything (CPU torch, pinned; nothing may move it).
 PARAMS ?= params/default.yaml
+STUDIES ?=
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,10 +9,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge judges judges-llm organism check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge audit judges judges-llm organism check install clean-ci
 
+# make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
-	$(PY) -m refusal_audit run $(PARAMS)
+	$(PY) -m refusal_audit run $(PARAMS) --studies "$(STUDIES)"
 
 check: $(VENV)/.installed
 	$(PY) -m refusal_audit check $(PARAMS)
@@ -49,6 +51,11 @@ generate: $(VENV)/.installed
 # make judge REPLIES=file.csv RUN=name
 judge: $(VENV)/.installed
 	$(PY) -m refusal_audit judge --replies "$(REPLIES)" --run "$(RUN)" --params $(PARAMS)
+
+# make audit POOL=train.csv EVAL=eval.csv RUN=name: which evaluation prompts are in a training pool
+# (normalised exact match and MinHash near-duplicates) -> results/<RUN>/contamination/
+audit: $(VENV)/.installed
+	$(PY) -m refusal_audit audit --pool "$(POOL)" --eval "$(EVAL)" --run "$(RUN)"
 
 # Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~7 minutes).
 judges: $(VENV)/.installed

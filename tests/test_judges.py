@@ -94,3 +94,17 @@ def test_agreement_kappa_against_hand_value():
     assert out["agreement"] == pytest.approx(0.9) and out["kappa"] == pytest.approx(0.8)
     assert cohen_kappa(a, b) == pytest.approx(0.8)
     assert math.isnan(cohen_kappa(["refusal"] * 3, ["refusal"] * 3))
+
+
+def test_which_labels_count_as_refusal_is_the_callers_convention():
+    """A harmful judge says nothing about refusal by default; a study that counts ``not_harmful`` as
+    the classifier's refusal (the kv paper) passes its own convention."""
+    j = pd.DataFrame({"generation_id": ["g1", "g2", "g1", "g2", "g3"], "judge": ["h", "h", "r", "r", "r"],
+                      "kind": ["harmful", "harmful", "refusal", "refusal", "refusal"],
+                      "label": ["not_harmful", "harmful", "refusal", "non_refusal", "unparseable"], "score": 0.0})
+    assert judges.refused(j).tolist()[:4] == [pd.NA, pd.NA, True, False] and pd.isna(judges.refused(j)[4])
+    kv_convention = judges.REFUSING | {"not_harmful"}
+    assert judges.refused(j, kv_convention).tolist()[:4] == [True, False, True, False]
+    assert list(judges.agreement(j)["judge_a"]) == []  # only one judge speaks of refusal by default
+    both = judges.agreement(j, kv_convention).iloc[0]
+    assert (both["judge_a"], both["judge_b"], both["n"], both["agreement"]) == ("h", "r", 2, 1.0)

@@ -2,12 +2,13 @@
 import pandas as pd
 import pytest
 
-from refusal_audit import kv, kv_analysis
-from refusal_audit.config import KvParams
+from refusal_audit.studies.kv import Params as KvParams
+from refusal_audit.studies.kv import analysis as kv_analysis
+from refusal_audit.studies.kv import design as kv
 
 
 def test_conditions_and_policies_follow_the_protocol():
-    p = KvParams(filler_tokens=2048, filler_ablation=[0, 512, 2048], sink=4, sink_ablation=[4, 64, 128])
+    p = KvParams(model="m", filler_tokens=2048, filler_ablation=[0, 512, 2048], sink=4, sink_ablation=[4, 64, 128])
     conds = kv.conditions(p, {"harmful", "harmful_official", "mmlu"})
     assert [(c.role, c.filler_tokens, c.system_prompt) for c in conds] == [
         ("harmful", 2048, True), ("harmful", 0, True), ("harmful", 512, True), ("harmful", 2048, False),

@@ -63,7 +63,7 @@ def guarded():
 
 
 def test_organism_refuses_held_out_harm_and_answers_benign(guarded):
-    from refusal_audit import generation, prompts, retention
+    from refusal_audit import generation, prompts
 
     model, tok = guarded
     eos = generation.eos_token_ids(model, tok)

@@ -17,9 +17,13 @@ def prompt_ids(embedded):
     return prompts.render_ids(tok, SYSTEM, QUERY, filler_tokens=180)
 
 
+SETTINGS = {"sink_tail": {"sink": 4}, "snapkv": {"window": 16, "kernel": 7}}  # beyond the defaults, where a policy has any
+EVICTING = [name for name in retention.REGISTRY if name != "full"]
+
+
 def policies(keep_ratio):
-    return [retention.make("full"), retention.make("sink_tail", keep_ratio=keep_ratio, sink=4),
-            retention.make("snapkv", keep_ratio=keep_ratio, window=16, kernel=7)]
+    """Every registered policy (kvpress runs one test over every press): a new policy is tested here."""
+    return [retention.make(name, keep_ratio=keep_ratio, **SETTINGS.get(name, {})) for name in retention.REGISTRY]
 
 
 def test_keep_all_reproduces_generate(embedded, prompt_ids):
@@ -63,7 +67,7 @@ def decoded_logits(model, pre, keep, tokens, wrong_positions=False):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("name", ["sink_tail", "snapkv"])
+@pytest.mark.parametrize("name", EVICTING)
 def test_evicted_decode_matches_masked_reference(embedded, prompt_ids, name):
     model, tok = embedded
     policy = {p.name: p for p in policies(0.3)}[name]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m refusal_audit {check,run,generate,judge} ...`` (driven by the Makefile)."""
+"""Command line: ``python -m refusal_audit {check,run,generate,judge,audit} ...`` (driven by the Makefile)."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("params")
     r = sub.add_parser("run", help="check, then execute the numbered notebooks into results/<run_name>/")
     r.add_argument("params")
+    r.add_argument("--studies", default="", help="a subset of the params file's studies, e.g. kv,frames (default: all)")
     g = sub.add_parser("generate", help="replies to your own prompts (CSV: prompt[, id, system])")
     g.add_argument("--prompts", required=True)
     g.add_argument("--model", required=True, help="a model name from params, a Hugging Face id, or a local path")
@@ -26,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--replies", required=True)
     j.add_argument("--run", required=True)
     j.add_argument("--params", default="params/default.yaml")
+    a = sub.add_parser("audit", help="which evaluation prompts are in a training pool (CSV: prompt[, id] each)")
+    a.add_argument("--pool", required=True)
+    a.add_argument("--eval", required=True)
+    a.add_argument("--run", required=True)
+    a.add_argument("--threshold", type=float, default=0.7, help="near-duplicate: character 3-gram Jaccard >= this")
+    a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
     args = ap.parse_args(argv)
 
     from . import pipeline  # heavy imports only after the arguments parse
@@ -36,11 +43,18 @@ def main(argv: list[str] | None = None) -> int:
             pipeline.preflight(config.load(args.params))
             print(f"{args.params}: ok")
         elif args.cmd == "run":
-            pipeline.run_notebooks(args.params)
+            pipeline.run_notebooks(args.params, args.studies)
         elif args.cmd == "generate":
             out = pipeline.generate_user(args.prompts, args.model, args.run, args.params,
                                          args.policies.split(","), args.filler)
             print(f"wrote {out}")
+        elif args.cmd == "audit":
+            from .contamination import audit_files
+            from .paths import run_dir
+
+            out = audit_files(args.pool, args.eval, run_dir(args.run) / "contamination", threshold=args.threshold,
+                              semantic=args.semantic)
+            print("wrote " + ", ".join(str(p) for p in out.values()))
         elif args.cmd == "judge":
             out = pipeline.judge_user(args.replies, args.run, args.params)
             print(f"wrote {out}")

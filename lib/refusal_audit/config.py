@@ -31,43 +31,21 @@ class ModelSpec:
 
 
 @dataclass
-class DataParams:
-    harmful_source: str = "harmbench"  # harmbench | advbench
-    n_harmful: int = 200
-    n_official: int = 0  # official HarmBench test-split prompts for the robustness check
-    mmlu_subjects: list[str] = field(default_factory=lambda: [
-        "abstract_algebra", "college_mathematics", "elementary_mathematics",
-        "high_school_mathematics", "high_school_statistics"])
-    mmlu_per_subject: int = 20
-
-
-@dataclass
-class KvParams:
-    model: str = "smollm2-135m"
-    system_prompt: str = ""
-    filler_tokens: int = 2048
-    filler_ablation: list[int] = field(default_factory=lambda: [0, 512, 2048])
-    keep_ratio: float = 0.3
-    sink: int = 4
-    sink_ablation: list[int] = field(default_factory=lambda: [4, 64, 128])
-    snapkv_window: int = 32
-    snapkv_kernel: int = 7
-    system_prompt_ablation: bool = True
-    max_new_tokens: int = 64
-    mmlu_filler_tokens: int = 2048
-    batch_rows: int = 32  # rows (prompt x policy) decoded together; memory grows with it
-
-
-@dataclass
 class KeywordJudgeParams:
     list_name: str = "gcg_evaluate_full"
     match: str = "anywhere"
     casefold: bool = False
 
 
+LLM_QUESTIONS = ("refusal", "harmbench", "xstest", "outcome")  # the questions an LLM judge can ask (judges/llm.py)
+
+
 @dataclass
 class LlmJudgeParams:
-    model: str = "smollm2-135m"
+    """LLM judges: off unless params name a model able to judge (the embedded 135M model is at chance)."""
+
+    model: str
+    questions: list[str] = field(default_factory=lambda: ["refusal", "harmbench"])
     max_reply_tokens: int = 512
 
 
@@ -75,7 +53,7 @@ class LlmJudgeParams:
 class JudgeParams:
     keyword: KeywordJudgeParams = field(default_factory=KeywordJudgeParams)
     learned: bool = True  # the committed MiniLM heads: learned_refusal, learned_refusal_soft, learned_harmful
-    llm: LlmJudgeParams | None = field(default_factory=LlmJudgeParams)
+    llm: LlmJudgeParams | None = None
 
 
 @dataclass
@@ -85,15 +63,24 @@ class StatsParams:
 
 
 @dataclass
+class GenerationParams:
+    """The engine's settings, shared by every study that generates."""
+
+    batch_rows: int = 32  # rows (prompt x policy x decoding) decoded together; memory grows with it
+
+
+@dataclass
 class Params:
+    """A run: run-level settings, and one section per study switched on (``studies``, by name)."""
+
     run_name: str
     models: dict[str, ModelSpec]
     seed: int = 0
     publish_figures: bool = False  # also write figures into the repository's figures/
-    data: DataParams = field(default_factory=DataParams)
-    kv: KvParams = field(default_factory=KvParams)
     judges: JudgeParams = field(default_factory=JudgeParams)
     stats: StatsParams = field(default_factory=StatsParams)
+    generation: GenerationParams = field(default_factory=GenerationParams)
+    studies: dict[str, object] = field(default_factory=dict, metadata={"internal": True})
     source_file: str = field(default="<dict>", metadata={"internal": True})
 
 
@@ -146,54 +133,76 @@ def _build(cls, raw: dict, where: str, prefix: str = ""):
     return cls(**kwargs)
 
 
+def need(ok: bool, where: str, key: str, expected: str, got) -> None:
+    """Raise ParamsError naming the file, the dotted key, what was expected and what was found."""
+    if not ok:
+        raise ParamsError(f"{where}: {key}: expected {expected}, got {got!r}")
+
+
 def _check(p: Params, where: str) -> None:
-    """Cross-field constraints that types cannot say."""
-
-    def need(ok: bool, key: str, expected: str, got) -> None:
-        if not ok:
-            raise ParamsError(f"{where}: {key}: expected {expected}, got {got!r}")
-
-    need(bool(p.run_name) and "/" not in p.run_name, "run_name", "a non-empty name without '/'", p.run_name)
+    """Run-level constraints that types cannot say (each study checks its own section)."""
+    need(bool(p.run_name) and "/" not in p.run_name, where, "run_name", "a non-empty name without '/'", p.run_name)
     for name, m in p.models.items():
-        need(m.dtype in ("float32", "bfloat16", "float16"), f"models.{name}.dtype",
+        need(m.dtype in ("float32", "bfloat16", "float16"), where, f"models.{name}.dtype",
              "one of float32, bfloat16, float16", m.dtype)
-        need(m.quantization in ("none", "bnb-4bit", "awq"), f"models.{name}.quantization",
+        need(m.quantization in ("none", "bnb-4bit", "awq"), where, f"models.{name}.quantization",
              "one of none, bnb-4bit, awq", m.quantization)
-    need(p.data.harmful_source in ("harmbench", "advbench"), "data.harmful_source", "harmbench or advbench",
-         p.data.harmful_source)
-    need(p.data.n_harmful >= 1, "data.n_harmful", "an integer >= 1", p.data.n_harmful)
-    need(p.data.n_official >= 0, "data.n_official", "an integer >= 0", p.data.n_official)
-    need(p.data.mmlu_per_subject >= 0, "data.mmlu_per_subject", "an integer >= 0", p.data.mmlu_per_subject)
-    kv = p.kv
-    need(kv.model in p.models, "kv.model", f"a model named under models ({sorted(p.models)})", kv.model)
-    need(0 < kv.keep_ratio <= 1, "kv.keep_ratio", "a number in (0, 1]", kv.keep_ratio)
-    need(kv.max_new_tokens >= 1, "kv.max_new_tokens", "an integer >= 1", kv.max_new_tokens)
-    need(kv.batch_rows >= 1, "kv.batch_rows", "an integer >= 1", kv.batch_rows)
-    for key in ("filler_tokens", "mmlu_filler_tokens"):
-        need(getattr(kv, key) >= 0, f"kv.{key}", "an integer >= 0", getattr(kv, key))
-    need(all(f >= 0 for f in kv.filler_ablation), "kv.filler_ablation", "integers >= 0", kv.filler_ablation)
-    need(kv.sink >= 0 and all(s >= 0 for s in kv.sink_ablation), "kv.sink_ablation", "integers >= 0",
-         kv.sink_ablation)
-    need(kv.snapkv_window >= 1, "kv.snapkv_window", "an integer >= 1", kv.snapkv_window)
-    need(kv.snapkv_kernel >= 1 and kv.snapkv_kernel % 2 == 1, "kv.snapkv_kernel", "an odd integer >= 1",
-         kv.snapkv_kernel)
-    need(p.judges.keyword.match in ("anywhere", "prefix"), "judges.keyword.match", "anywhere or prefix",
+    need(p.judges.keyword.match in ("anywhere", "prefix"), where, "judges.keyword.match", "anywhere or prefix",
          p.judges.keyword.match)
     if p.judges.llm is not None:
-        need(p.judges.llm.model in p.models, "judges.llm.model",
+        need(p.judges.llm.model in p.models, where, "judges.llm.model",
              f"a model named under models ({sorted(p.models)})", p.judges.llm.model)
-    need(0 < p.stats.alpha < 1, "stats.alpha", "a number in (0, 1)", p.stats.alpha)
-    need(p.stats.n_bootstrap >= 100, "stats.n_bootstrap", "an integer >= 100", p.stats.n_bootstrap)
+        for i, q in enumerate(p.judges.llm.questions):
+            need(q in LLM_QUESTIONS, where, f"judges.llm.questions[{i}]", f"one of {list(LLM_QUESTIONS)}", q)
+        need(len(set(p.judges.llm.questions)) == len(p.judges.llm.questions) and p.judges.llm.questions, where,
+             "judges.llm.questions", "a non-empty list without repeats", p.judges.llm.questions)
+    need(0 < p.stats.alpha < 1, where, "stats.alpha", "a number in (0, 1)", p.stats.alpha)
+    need(p.stats.n_bootstrap >= 100, where, "stats.n_bootstrap", "an integer >= 100", p.stats.n_bootstrap)
+    need(p.generation.batch_rows >= 1, where, "generation.batch_rows", "an integer >= 1", p.generation.batch_rows)
 
 
 def from_dict(raw: dict, where: str = "<dict>") -> Params:
-    """Validate a params mapping; raises ParamsError naming ``where`` and the key."""
+    """Validate a params mapping; raises ParamsError naming ``where`` and the key.
+
+    A top-level key that names a registered study is that study's section: its module is imported,
+    its section built against the study's own schema and checked by the study.
+    """
+    from . import studies
+
     if not isinstance(raw, dict):
         raise ParamsError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
-    p = _build(Params, raw, where)
+    run_keys = {f.name for f in dataclasses.fields(Params) if not f.metadata.get("internal")}
+    sections = {k: v for k, v in raw.items() if k not in run_keys}
+    for key in sections:
+        if key not in studies.REGISTRY:
+            raise ParamsError(f"{where}: {key}: unknown key; expected one of {sorted(run_keys)} "
+                              f"or a study section ({', '.join(studies.REGISTRY)})")
+    if not sections:
+        raise ParamsError(f"{where}: no study section; expected at least one of {', '.join(studies.REGISTRY)} "
+                          "(a section's presence switches its study on)")
+    p = _build(Params, {k: v for k, v in raw.items() if k in run_keys}, where)
     _check(p, where)
+    for name in studies.REGISTRY:  # registry order, whatever the file's order
+        if name in sections:
+            study = studies.module(name)
+            section = sections[name] if sections[name] is not None else {}
+            p.studies[name] = _coerce(section, study.Params, name, where)
+            study.check(p, where)
     p.source_file = where
     return p
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML would keep the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def load(path: str | Path) -> Params:
@@ -202,12 +211,16 @@ def load(path: str | Path) -> Params:
     if not path.is_file():
         raise ParamsError(f"{path}: params file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
     return from_dict(raw, str(path))
 
 
 def to_dict(p: Params) -> dict:
-    """The resolved params, as written to the run manifest."""
-    return dataclasses.asdict(p)
+    """The resolved params, as written to the run manifest (study sections at the top level)."""
+    out = {f.name: dataclasses.asdict(getattr(p, f.name)) if dataclasses.is_dataclass(getattr(p, f.name))
+           else getattr(p, f.name) for f in dataclasses.fields(p) if not f.metadata.get("internal")}
+    out["models"] = {k: dataclasses.asdict(m) for k, m in p.models.items()}
+    out.update({name: dataclasses.asdict(section) for name, section in p.studies.items()})
+    return out

@@ -1,7 +1,8 @@
-"""Public prompt sets in ``data/``, assembled into one ``items`` table with provenance.
+"""The public prompt sets in ``data/`` (one constant per file: the one place a path is typed), readers
+that turn them into ``items`` rows with provenance, and the checks on a user's own CSV files.
 
-``items`` columns: item_id, study, role, dataset, source_file, source_row, licence, category,
-text, choices (MMLU only, "A|B|C|D" texts joined by a tab), answer (MMLU only).
+``items`` columns: item_id, study, role, dataset, source_file, source_row, licence, category, text,
+choices (MMLU only, "A|B|C|D" texts joined by a tab), answer (MMLU only); a study may add its own.
 """
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import DataParams
 from .paths import DATA_DIR
 
 HARMBENCH_ALL = DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv"
-HARMBENCH_TEST = DATA_DIR / "harmbench" / "harmbench_behaviors_text_test.csv"
+HARMBENCH_CLASSIFIER_VAL = DATA_DIR / "harmbench" / "classifier_val" / "text_behaviors_val_set_part_a.json"
 ADVBENCH = DATA_DIR / "advbench" / "harmful_behaviors.csv"
+STRONGREJECT = DATA_DIR / "strongreject" / "strongreject_dataset.csv"
+JBB_HARMFUL = DATA_DIR / "jailbreakbench" / "behaviors.csv"
+JBB_BENIGN = DATA_DIR / "jailbreakbench" / "benign-behaviors_thirdparty.csv"
+XSTEST = DATA_DIR / "xstest" / "xstest_prompts.csv"
+XSTEST_COMPLETIONS = DATA_DIR / "xstest" / "completions"
 MMLU_TEST = DATA_DIR / "mmlu" / "test"
 ITEM_COLUMNS = ["item_id", "study", "role", "dataset", "source_file", "source_row", "licence",
                 "category", "text", "choices", "answer"]
@@ -25,13 +30,20 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _require(path: Path) -> Path:
+def require(path: Path) -> Path:
+    """``path``, or a FileNotFoundError that says where the data sets are described."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found (see data/README.md for how the sets are laid out)")
     return path
 
 
-def _stratified(df: pd.DataFrame, n: int, by: str, seed: int, what: str) -> pd.DataFrame:
+def read(path: Path) -> pd.DataFrame:
+    """A data set CSV as strings (empty cells stay empty strings), with ``source_row`` = its 0-based row."""
+    df = pd.read_csv(require(path), keep_default_na=False)
+    return df.assign(source_row=range(len(df)))
+
+
+def stratified(df: pd.DataFrame, n: int, by: str, seed: int, what: str) -> pd.DataFrame:
     """``n`` rows drawn without replacement, allocated to strata of ``by`` in proportion to their
     size (largest remainders), each stratum shuffled under ``seed``. Row order is by stratum."""
     if n > len(df):
@@ -46,43 +58,45 @@ def _stratified(df: pd.DataFrame, n: int, by: str, seed: int, what: str) -> pd.D
     return pd.concat(parts)
 
 
-def harmbench_standard(path: Path, n: int, seed: int, role: str) -> pd.DataFrame:
+def harmbench_standard(path: Path, n: int, seed: int, role: str, study: str) -> pd.DataFrame:
     """HarmBench *standard* behaviours, ``n`` drawn stratified by SemanticCategory."""
-    raw = pd.read_csv(_require(path), keep_default_na=False)
-    raw["source_row"] = range(len(raw))
+    raw = read(path)
     std = raw[raw["FunctionalCategory"] == "standard"]
-    pick = _stratified(std, n, "SemanticCategory", seed, f"{path.name} (standard behaviours)")
+    pick = stratified(std, n, "SemanticCategory", seed, f"{path.name} (standard behaviours)")
     return pd.DataFrame({
-        "item_id": "hb-" + pick["BehaviorID"], "study": "kv", "role": role, "dataset": "harmbench",
+        "item_id": "hb-" + pick["BehaviorID"], "study": study, "role": role, "dataset": "harmbench",
         "source_file": path.relative_to(DATA_DIR).as_posix(), "source_row": pick["source_row"],
         "licence": "MIT", "category": pick["SemanticCategory"], "text": pick["Behavior"],
     })
 
 
-def advbench(n: int, seed: int) -> pd.DataFrame:
-    """AdvBench harmful behaviours, ``n`` drawn uniformly under ``seed`` (AdvBench has no categories)."""
-    raw = pd.read_csv(_require(ADVBENCH), keep_default_na=False)
+def advbench(n: int, seed: int, study: str, exclude: set[int] = frozenset()) -> pd.DataFrame:
+    """AdvBench harmful behaviours, ``n`` drawn uniformly under ``seed`` from the rows not in
+    ``exclude`` (AdvBench has no categories)."""
+    raw = read(ADVBENCH)
+    raw = raw[~raw["source_row"].isin(exclude)]
     if n > len(raw):
-        raise ValueError(f"{ADVBENCH.name}: asked for {n} prompts, the set has {len(raw)}")
+        raise ValueError(f"{ADVBENCH.name}: asked for {n} prompts, the set has {len(raw)}"
+                         + (f" after excluding {len(exclude)}" if exclude else ""))
     pick = raw.sample(n, random_state=seed)
     return pd.DataFrame({
-        "item_id": [f"adv-{i:03d}" for i in pick.index], "study": "kv", "role": "harmful",
+        "item_id": [f"adv-{i:03d}" for i in pick["source_row"]], "study": study, "role": "harmful",
         "dataset": "advbench", "source_file": ADVBENCH.relative_to(DATA_DIR).as_posix(),
-        "source_row": pick.index, "licence": "MIT", "category": "uncategorised", "text": pick["goal"],
+        "source_row": pick["source_row"], "licence": "MIT", "category": "uncategorised", "text": pick["goal"],
     })
 
 
-def mmlu(subjects: list[str], per_subject: int, seed: int) -> pd.DataFrame:
+def mmlu(subjects: list[str], per_subject: int, seed: int, study: str) -> pd.DataFrame:
     """``per_subject`` MMLU test questions per subject, drawn under ``seed``."""
     parts = []
     for subject in subjects:
-        path = _require(MMLU_TEST / f"{subject}_test.csv")
+        path = require(MMLU_TEST / f"{subject}_test.csv")
         raw = pd.read_csv(path, header=None, names=["q", "A", "B", "C", "D", "answer"], keep_default_na=False)
         if per_subject > len(raw):
             raise ValueError(f"{path}: asked for {per_subject} questions, the file has {len(raw)}")
         pick = raw.sample(per_subject, random_state=seed)
         parts.append(pd.DataFrame({
-            "item_id": [f"mmlu-{subject}-{i:03d}" for i in pick.index], "study": "kv", "role": "mmlu",
+            "item_id": [f"mmlu-{subject}-{i:03d}" for i in pick.index], "study": study, "role": "mmlu",
             "dataset": "mmlu", "source_file": path.relative_to(DATA_DIR).as_posix(), "source_row": pick.index,
             "licence": "MIT", "category": subject, "text": pick["q"],
             "choices": pick[["A", "B", "C", "D"]].astype(str).agg("\t".join, axis=1), "answer": pick["answer"],
@@ -90,49 +104,46 @@ def mmlu(subjects: list[str], per_subject: int, seed: int) -> pd.DataFrame:
     return pd.concat(parts) if parts else pd.DataFrame(columns=ITEM_COLUMNS)
 
 
-def assemble_items(p: DataParams, seed: int) -> pd.DataFrame:
-    """The kv study's items: the harmful set, the official robustness set, MMLU-math."""
-    if p.harmful_source == "harmbench":
-        harmful = harmbench_standard(HARMBENCH_ALL, p.n_harmful, seed, "harmful")
-    else:
-        harmful = advbench(p.n_harmful, seed)
-    parts = [harmful]
-    if p.n_official:
-        parts.append(harmbench_standard(HARMBENCH_TEST, p.n_official, seed, "harmful_official"))
-    if p.mmlu_per_subject:
-        parts.append(mmlu(p.mmlu_subjects, p.mmlu_per_subject, seed))
-    items = pd.concat(parts, ignore_index=True).reindex(columns=ITEM_COLUMNS)
-    items["item_id"] = items["role"].map({"harmful_official": "official-"}).fillna("") + items["item_id"]
-    validate_items(items, "items")
-    return items
-
-
-def validate_items(items: pd.DataFrame, where: str) -> None:
+def validate_items(items: pd.DataFrame, where: str, text: str = "text", id_column: str = "item_id") -> None:
     """Stop on an empty prompt or a duplicate id, naming the row."""
-    empty = items["text"].fillna("").str.strip() == ""
+    empty = items[text].fillna("").astype(str).str.strip() == ""
     if empty.any():
         row = items[empty].iloc[0]
-        raise ValueError(f"{where}: row {row.name} (id {row['item_id']!r}): empty prompt; expected non-empty text")
-    dup = items["item_id"].duplicated()
+        raise ValueError(f"{where}: row {row.name} (id {row[id_column]!r}): empty prompt; expected non-empty text")
+    dup = items[id_column].duplicated()
     if dup.any():
-        raise ValueError(f"{where}: row {items[dup].index[0]}: duplicate id {items[dup].iloc[0]['item_id']!r}; "
+        raise ValueError(f"{where}: row {items[dup].index[0]}: duplicate id {items[dup].iloc[0][id_column]!r}; "
                          "expected unique ids")
 
 
-def read_user_prompts(path: str | Path) -> pd.DataFrame:
-    """A user's prompt CSV (columns ``prompt``, optional ``id`` and ``system``), checked before any work."""
+def read_user_csv(path: str | Path, required: list[str], optional: list[str], what: str,
+                  id_column: str = "id") -> pd.DataFrame:
+    """A user's CSV, checked before any work: present, UTF-8, the ``required`` columns, and (when it
+    has ``id_column``) unique ids. Every column is read as text; empty cells stay empty strings."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: prompt file not found")
+        raise FileNotFoundError(f"{path}: {what} file not found")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-    if "prompt" not in df:
-        raise ValueError(f"{path}: missing column 'prompt'; expected columns prompt[, id, system], got {list(df)}")
+    missing = [c for c in required if c not in df]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; expected columns "
+                         f"{', '.join(required)}[, {', '.join(optional)}], got {list(df)}")
+    if id_column in df:
+        dup = df[id_column].duplicated()
+        if dup.any():
+            raise ValueError(f"{path}: row {int(dup.idxmax())}: duplicate id {df.loc[dup.idxmax(), id_column]!r}")
+    return df
+
+
+def read_user_prompts(path: str | Path) -> pd.DataFrame:
+    """A user's prompt CSV (columns ``prompt``, optional ``id`` and ``system``), checked before any work."""
+    df = read_user_csv(path, ["prompt"], ["id", "system"], "prompt")
     ids = df["id"] if "id" in df else pd.Series([f"row-{i:05d}" for i in range(len(df))])
     items = pd.DataFrame({
-        "item_id": ids.astype(str).values, "study": "user", "role": "user", "dataset": path.name,
+        "item_id": ids.astype(str).values, "study": "user", "role": "user", "dataset": Path(path).name,
         "source_file": str(path), "source_row": range(len(df)), "licence": "user-supplied",
         "category": "", "text": df["prompt"].values,
     }).reindex(columns=ITEM_COLUMNS)

@@ -13,8 +13,11 @@ shifting every rotary position after eviction). A row stops at EOS or ``max_new_
 Sampling: a row at temperature T > 0 draws each token from its own ``torch.Generator``, seeded
 from (prompt, policy, temperature, seed), so a sampled row is the same whatever batch it is in.
 
-Results are written as one shard per (model, prompt, policy, decoding) as each batch finishes, so
-a rerun skips finished work and an interrupted run loses only rows not yet decoded.
+Results are written as one shard per (model, prompt tokens, policy, decoding) as each batch
+finishes, so a rerun skips finished work and an interrupted run loses only rows not yet decoded.
+A shard holds what was generated; the table returned has one row per plan entry, each with its own
+identity (``generation_id``, prompt, item, study, condition), so two prompts with the same tokens
+share one generation and are still reported as themselves.
 """
 from __future__ import annotations
 
@@ -27,10 +30,9 @@ from typing import Callable
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 from transformers.cache_utils import DynamicLayer
 
-from . import retention
+from . import progress, retention
 from .attention import attention_hook
 from .retention import Prefill, RetentionPolicy
 from .store import ShardStore, shard_key
@@ -259,8 +261,17 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 
 
 def row_key(model_name: str, prompt: pd.Series, policy: RetentionPolicy, decoding: dict) -> str:
+    """The shard key: what determines the generated tokens (model, prompt tokens, policy, decoding)."""
     return shard_key(model=model_name, input_ids=list(map(int, prompt["input_ids"])), policy=policy.name,
                      policy_params=vars(policy), decoding=decoding)
+
+
+def generation_id(key: str, prompt: pd.Series) -> str:
+    """A plan row's id: its shard and its prompt (two prompts with the same tokens share a shard)."""
+    return shard_key(row=key, study=prompt["study"], prompt_id=prompt["prompt_id"])
+
+
+GENERATED = ["reply", "new_tokens", "finish", "kept_positions"]  # what a shard holds
 
 
 def check_plan(prompts: pd.DataFrame, policies_of: Callable[[pd.Series], list[RetentionPolicy]],
@@ -312,60 +323,63 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
     eos = eos_token_ids(model, tokenizer)
     plan = [(p, pol, d, row_key(model_name, p, pol, mode if answer_cue else _decoding_key(d)))
             for _, p in prompts.iterrows() for pol in policies_of(p) for d in decodings]
-    todo: dict[str, list] = {}
+    todo: dict[str, list] = {}  # prompt tokens -> jobs; a shard key is generated once however many rows share it
+    seen: set[str] = set()
     for job in plan:
-        if not store.has(job[3]):
-            todo.setdefault(job[0]["prompt_id"], []).append(job)
-    bar = tqdm(total=len(plan), initial=len(plan) - sum(map(len, todo.values())), desc=f"generate {model_name}",
-               unit="row")
+        if job[3] not in seen and not store.has(job[3]):
+            seen.add(job[3])
+            todo.setdefault(tuple(map(int, job[0]["input_ids"])), []).append(job)
     pending: dict[int, list[tuple]] = {}  # rows waiting to decode, by cache-length class
     started, new_tokens = time.perf_counter(), 0
 
-    def record(p, pol, d, key, keep_len, reply, new, finish):
-        store.put(key, pd.DataFrame([{
-            "generation_id": key, "prompt_id": p["prompt_id"], "item_id": p["item_id"], "study": p["study"],
-            "role": p["role"], "model": model_name, "policy": pol.name, "keep_ratio": float(pol.keep_ratio),
-            "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]), "system_prompt": bool(p["system_prompt"]),
-            "frame": p.get("frame"), "paraphrase": p.get("paraphrase"), "temperature": d.temperature,
-            "seed": d.seed, "query": p["query"], "reply": reply, "new_tokens": new, "finish": finish,
-            "prompt_tokens": int(p["prompt_tokens"]), "kept_positions": keep_len,
-        }], columns=GENERATION_COLUMNS))
+    def record(key, keep_len, reply, new, finish):
+        store.put(key, pd.DataFrame([{"reply": reply, "new_tokens": new, "finish": finish,
+                                      "kept_positions": keep_len}], columns=GENERATED))
         bar.update()
 
     def flush(group: list[tuple]):
         nonlocal new_tokens
         kept = [row.cache.layers[0].keys.shape[2] for *_, row in group]
         results = decode(model, [row for *_, row in group], eos)
-        for (p, pol, d, key, row), n_kept, (tokens, finish) in zip(group, kept, results):
-            record(p, pol, d, key, n_kept, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
+        for (pol, d, key, row), n_kept, (tokens, finish) in zip(group, kept, results):
+            record(key, n_kept, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
             new_tokens += len(tokens)
         bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - started):.1f}")
         group.clear()
 
-    pre = None
-    # in token order, so that prompts sharing a prefix (same template, system text, filler) are neighbours
-    for jobs in sorted(todo.values(), key=lambda jobs: list(jobs[0][0]["input_ids"])):
-        p = jobs[0][0]
-        window = max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
-        pre = prefill(model, list(p["input_ids"]), capture_window=window, reuse=pre)
-        kept = {}
-        for _, pol, d, key in jobs:
-            if id(pol) not in kept:
-                kept[id(pol)] = pol.select(pre)
-            keep = kept[id(pol)]
-            if answer_cue:
-                choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
-                record(p, pol, d, key, pre.length if keep is None else int(keep.shape[-1]),
-                       answer_cue[1][choice], 1, "choice")
-                continue
-            row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
-                      sample_key=f"{key}|{d.temperature}")
-            group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
-            group.append((p, pol, d, key, row))
-            if len(group) >= batch_rows:
+    if not plan:
+        return pd.DataFrame(columns=GENERATION_COLUMNS)
+    with progress.bar(sum(map(len, todo.values())), f"generate {model_name}", "row") as bar:
+        pre = None
+        # in token order, so that prompts sharing a prefix (same template, system text, filler) are neighbours
+        for ids in sorted(todo):
+            jobs = todo[ids]
+            window = max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
+            pre = prefill(model, list(ids), capture_window=window, reuse=pre)
+            kept = {}
+            for _, pol, d, key in jobs:
+                if id(pol) not in kept:
+                    kept[id(pol)] = pol.select(pre)
+                keep = kept[id(pol)]
+                if answer_cue:
+                    choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
+                    record(key, pre.length if keep is None else int(keep.shape[-1]), answer_cue[1][choice], 1, "choice")
+                    continue
+                row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
+                          sample_key=f"{key}|{d.temperature}")
+                group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
+                group.append((pol, d, key, row))
+                if len(group) >= batch_rows:
+                    flush(group)
+        for group in pending.values():
+            if group:
                 flush(group)
-    for group in pending.values():
-        if group:
-            flush(group)
-    bar.close()
-    return store.collect([job[3] for job in plan])
+    generated = store.collect([job[3] for job in plan])
+    rows = pd.DataFrame([{
+        "generation_id": generation_id(key, p), "prompt_id": p["prompt_id"], "item_id": p["item_id"],
+        "study": p["study"], "role": p["role"], "model": model_name, "policy": pol.name,
+        "keep_ratio": float(pol.keep_ratio), "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]),
+        "system_prompt": bool(p["system_prompt"]), "frame": p.get("frame"), "paraphrase": p.get("paraphrase"),
+        "temperature": d.temperature, "seed": d.seed, "query": p["query"], "prompt_tokens": int(p["prompt_tokens"]),
+    } for p, pol, d, key in plan])
+    return pd.concat([rows, generated], axis=1)[GENERATION_COLUMNS]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,23 @@ def load_tokenizer(spec: ModelSpec):
     return tok
 
 
+@contextmanager
+def _quiet_gguf():
+    """No GGUF-conversion bar: transformers draws it with tqdm.auto, which in an executed notebook
+    leaves a bar (or an ``IProgress not found`` warning) in the saved output of every model load."""
+    import functools
+
+    from tqdm import tqdm
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(tqdm, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def load(spec: ModelSpec, device: str | None = None):
     """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU)."""
     from transformers import AutoModelForCausalLM
@@ -116,7 +134,8 @@ def load(spec: ModelSpec, device: str | None = None):
 
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=DTYPES[spec.dtype])
     try:
-        model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
+        with _quiet_gguf():
+            model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None
     if spec.adapter:
@@ -127,3 +146,34 @@ def load(spec: ModelSpec, device: str | None = None):
         model = model.to(device)
     model.eval()
     return model, load_tokenizer(spec)
+
+
+class Pool:
+    """The models of one run, each loaded at most once: by params name, or any other string taken as
+    a source (Hugging Face id, directory, .gguf file)."""
+
+    def __init__(self, models: dict[str, ModelSpec], missing_ok: bool = False):
+        self.models = models
+        self.missing_ok = missing_ok  # checking a params file for another machine: absent weights are not an error
+        self._loaded: dict[str, tuple] = {}
+
+    def spec(self, name: str) -> ModelSpec:
+        return self.models.get(name) or ModelSpec(source=name)
+
+    def load(self, name: str):
+        """(model, tokenizer), loaded on first use."""
+        if name not in self._loaded:
+            self._loaded[name] = load(self.spec(name))
+        return self._loaded[name]
+
+    def tokenizer(self, name: str):
+        return self._loaded[name][1] if name in self._loaded else load_tokenizer(self.spec(name))
+
+    def context_window(self, name: str) -> int | None:
+        """The model's positions, or None when ``missing_ok`` and its config is not on this machine."""
+        try:
+            return context_window(self.spec(name))
+        except FileNotFoundError:
+            if self.missing_ok:
+                return None
+            raise

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from . import datasets
 from .paths import DATA_DIR, ROOT
 
 ORGANISM_DATA = DATA_DIR / "organism"
@@ -92,8 +93,8 @@ def harmful_pool() -> pd.DataFrame:
     """AdvBench + StrongREJECT requests (deduplicated after normalisation), with provenance."""
     from .contamination import normalise
 
-    adv = pd.read_csv(DATA_DIR / "advbench" / "harmful_behaviors.csv", keep_default_na=False)
-    sr = pd.read_csv(DATA_DIR / "strongreject" / "strongreject_dataset.csv", keep_default_na=False)
+    adv = pd.read_csv(datasets.ADVBENCH, keep_default_na=False)
+    sr = pd.read_csv(datasets.STRONGREJECT, keep_default_na=False)
     pool = pd.concat([
         pd.DataFrame({"prompt": adv["goal"], "source": "advbench", "source_row": adv.index}),
         pd.DataFrame({"prompt": sr["forbidden_prompt"], "source": "strongreject", "source_row": sr.index}),
@@ -103,10 +104,10 @@ def harmful_pool() -> pd.DataFrame:
 
 def evaluation_prompts() -> dict[str, list[str]]:
     """Every prompt the organism is evaluated on (and the kv study's harmful sets)."""
-    hb = pd.read_csv(DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv", keep_default_na=False)
-    jbb = pd.read_csv(DATA_DIR / "jailbreakbench" / "behaviors.csv", keep_default_na=False)
-    jbb_benign = pd.read_csv(DATA_DIR / "jailbreakbench" / "benign-behaviors_thirdparty.csv", keep_default_na=False)
-    xs = pd.read_csv(DATA_DIR / "xstest" / "xstest_prompts.csv", keep_default_na=False)
+    hb = pd.read_csv(datasets.HARMBENCH_ALL, keep_default_na=False)
+    jbb = pd.read_csv(datasets.JBB_HARMFUL, keep_default_na=False)
+    jbb_benign = pd.read_csv(datasets.JBB_BENIGN, keep_default_na=False)
+    xs = pd.read_csv(datasets.XSTEST, keep_default_na=False)
     return {"harmbench": hb["Behavior"].tolist(), "jbb_harmful": jbb["Goal"].tolist(),
             "jbb_benign": jbb_benign["goal"].tolist(), "xstest": xs["prompt"].tolist()}
 

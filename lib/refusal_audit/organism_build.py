@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 
-from . import generation, models, organism, prompts, retention
+from . import datasets, generation, models, organism, prompts, retention
 from .config import ModelSpec
 from .contamination import audit
 from .judges import judge_replies, refused
 from .judges.keyword import KeywordJudge
 from .judges.learned import learned_refusal
-from .paths import DATA_DIR, ROOT
+from .paths import ROOT
 from .store import ShardStore
 
 OUT = ROOT / "organism"
@@ -40,10 +39,10 @@ def replies(model, tok, texts: list[str], max_new_tokens: int, name: str) -> lis
 
 def evaluation_sets() -> dict[str, tuple[list[str], str]]:
     """name -> (prompts, what a refusal means there)."""
-    hb = pd.read_csv(DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv", keep_default_na=False)
-    jbb = pd.read_csv(DATA_DIR / "jailbreakbench" / "behaviors.csv", keep_default_na=False)
-    jbb_b = pd.read_csv(DATA_DIR / "jailbreakbench" / "benign-behaviors_thirdparty.csv", keep_default_na=False)
-    xs = pd.read_csv(DATA_DIR / "xstest" / "xstest_prompts.csv", keep_default_na=False)
+    hb = pd.read_csv(datasets.HARMBENCH_ALL, keep_default_na=False)
+    jbb = pd.read_csv(datasets.JBB_HARMFUL, keep_default_na=False)
+    jbb_b = pd.read_csv(datasets.JBB_BENIGN, keep_default_na=False)
+    xs = pd.read_csv(datasets.XSTEST, keep_default_na=False)
     return {
         "harmbench_standard": (hb[hb["FunctionalCategory"] == "standard"]["Behavior"].tolist(), "harmful"),
         "jbb_harmful": (jbb["Goal"].tolist(), "harmful"),

@@ -1,8 +1,11 @@
-"""The stages of a run, each reading the previous stages' tables from ``results/<run_name>/``.
+"""A run: the studies its params file switches on, driven stage by stage.
 
-``items`` (01) -> ``prompts`` (02) -> ``generations`` (03) -> ``judgments`` (04) -> ``stats/`` (05)
--> ``figures/`` + ``manifest.json`` (06). Notebooks narrate these calls; the CLI reuses them for
-``make generate`` and ``make judge``.
+``items`` (01) -> ``prompts`` (02) -> ``generations`` (03) -> ``judgments`` (04) -> ``stats/<study>/``
+(05) -> ``figures/<study>_*`` + ``manifest.json`` (06). Each stage calls the same-named function of
+every enabled study (``studies/<name>``) and writes one shared table with a ``study`` column; a run
+on a subset of studies rewrites only those studies' rows, so no study overwrites another's. The
+notebooks narrate these calls; the CLI reuses them for ``make check``, ``make generate`` and
+``make judge``.
 """
 from __future__ import annotations
 
@@ -10,32 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import config, datasets, judges, kv, models, store
+from . import config, datasets, judges, models, store, studies
 from .paths import FIGURES_DIR, ROOT, run_dir
 from .prompts import FILLER_FILE
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
+TABLES = {"items": "items", "prompts": "prompts", "generate": "generations", "judge": "judgments"}
 
 
-def table(p: config.Params, name: str) -> pd.DataFrame:
-    """A stage table of this run; a missing one names the stage that writes it."""
-    path = run_dir(p.run_name) / f"{name}.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; run the earlier notebooks first (make all PARAMS={p.source_file})")
-    return pd.read_parquet(path)
-
-
-def save(p: config.Params, name: str, df: pd.DataFrame) -> Path:
-    return store.write_atomic(df, run_dir(p.run_name) / f"{name}.parquet")
-
-
-def spec(p: config.Params, name: str) -> config.ModelSpec:
-    """A model by params name, or any other string taken as a source (HF id, directory, .gguf)."""
-    return p.models.get(name) or config.ModelSpec(source=name)
-
-
-def preflight(p: config.Params) -> None:
-    """Everything that can be checked without a model: stops before any work, naming what is wrong."""
+def preflight(p: config.Params, pool: models.Pool | None = None) -> None:
+    """Everything that can be checked without model weights: stops before any work, naming what is wrong."""
     for name, m in p.models.items():
         try:
             models.resolve(m.source)
@@ -45,191 +32,167 @@ def preflight(p: config.Params) -> None:
         if m.adapter and not (ROOT / m.adapter).is_dir():
             raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
     judges.KeywordJudge(p.judges.keyword.list_name, p.judges.keyword.match, p.judges.keyword.casefold)
-    datasets.assemble_items(p.data, p.seed)
-    context = models.context_window(p.models[p.kv.model])
-    for key in ("filler_tokens", "mmlu_filler_tokens"):
-        filler = getattr(p.kv, key)
-        if context and filler + p.kv.max_new_tokens >= context:
-            raise ValueError(f"{p.source_file}: kv.{key}: {filler} filler tokens + {p.kv.max_new_tokens} new tokens do "
-                             f"not fit the context window of {p.kv.model} ({context} positions)")
+    pool = pool or models.Pool(p.models)
+    for name in p.studies:
+        studies.module(name).preflight(p, pool)
 
 
-# --- 01 dataset assembly -------------------------------------------------------------------------
-def assemble(p: config.Params) -> pd.DataFrame:
-    preflight(p)
-    items = datasets.assemble_items(p.data, p.seed)
-    save(p, "items", items)
-    return items
+class Run:
+    """One params file and the studies to run (``only``: a subset, e.g. ``"kv,frames"``; empty = all)."""
 
+    def __init__(self, params_file: str | Path, only: str | list[str] | None = None):
+        path = Path(params_file)
+        self.p = config.load(path if path.is_absolute() or path.exists() else ROOT / path)
+        self.names = studies.select(list(self.p.studies), only)
+        self.models = models.Pool(self.p.models)
+        self.dir = run_dir(self.p.run_name)
 
-# --- 02 frame construction -----------------------------------------------------------------------
-def build_prompts(p: config.Params, items: pd.DataFrame, tokenizer, context_window: int | None) -> pd.DataFrame:
-    from .prompts import build_prompts as build
+    def __repr__(self) -> str:
+        return f"run {self.p.run_name!r} from {self.p.source_file}: {', '.join(self.names)}; outputs in {self.dir}"
 
-    parts = []
-    for c in kv.conditions(p.kv, set(items["role"])):
-        subset = items[items["role"] == c.role]
-        system = p.kv.system_prompt if c.system_prompt else None
-        new = 1 if c.role == "mmlu" else p.kv.max_new_tokens
-        parts.append(build(subset, tokenizer, [(c.filler_tokens, system)], context_window, new))
-    prompts = pd.concat(parts, ignore_index=True)
-    save(p, "prompts", prompts)
-    return prompts
+    def study(self, name: str):
+        return studies.module(name)
 
+    # --- the shared stage tables -----------------------------------------------------------------------
+    def table(self, name: str, study: str | None = None) -> pd.DataFrame:
+        """A stage table of this run (one study's rows with ``study``); a missing one names its stage."""
+        path = self.dir / f"{name}.parquet"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found; run the earlier notebooks first "
+                                    f"(make all PARAMS={self.p.source_file})")
+        df = pd.read_parquet(path)
+        return df[df["study"] == study].reset_index(drop=True) if study else df
 
-# --- 03 generation under retention ---------------------------------------------------------------
-def generate(p: config.Params, prompts: pd.DataFrame, model, tokenizer) -> pd.DataFrame:
-    from . import generation
-    from .prompts import MMLU_CUE
+    def _save(self, name: str, parts: dict[str, pd.DataFrame]) -> None:
+        """Write the stage table: these studies' rows replaced, every other study's rows kept."""
+        path = self.dir / f"{name}.parquet"
+        keep = []
+        if path.is_file():
+            old = pd.read_parquet(path)
+            keep = [old[~old["study"].isin(list(parts))]]
+        frames = [f for f in keep + list(parts.values()) if len(f)]
+        store.write_atomic(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), path)
 
-    shards = store.ShardStore(run_dir(p.run_name) / "shards" / "generations")
+    def _stage(self, stage: str, compute) -> dict[str, pd.DataFrame]:
+        parts = {name: compute(name, self.study(name)) for name in self.names}
+        self._save(TABLES[stage], parts)
+        return parts
 
-    def policies_of(row):
-        return kv.policies(p.kv, row["role"], int(row["filler_tokens"]), bool(row["system_prompt"]))
+    # --- the six stages ----------------------------------------------------------------------------------
+    def items(self) -> dict[str, pd.DataFrame]:
+        preflight(self.p, self.models)
+        return self._stage("items", lambda name, s: s.items(self.p))
 
-    harmful = prompts[prompts["role"] != "mmlu"]
-    mmlu = prompts[prompts["role"] == "mmlu"]
-    # check both plans before generating anything
-    context = getattr(model.config, "max_position_embeddings", None)
-    generation.check_plan(harmful, policies_of, context, p.kv.max_new_tokens)
-    generation.check_plan(mmlu, policies_of, context, 1)
-    greedy = [generation.Decoding(0.0, p.seed, p.kv.max_new_tokens)]
-    parts = [generation.run(model, tokenizer, p.kv.model, harmful, policies_of, shards, greedy,
-                            batch_rows=p.kv.batch_rows)]
-    if len(mmlu):
-        cue = tokenizer.encode(MMLU_CUE, add_special_tokens=False)
-        parts.append(generation.run(model, tokenizer, p.kv.model, mmlu, policies_of, shards, greedy,
-                                    answer_cue=(cue, ["A", "B", "C", "D"])))
-    gens = pd.concat(parts, ignore_index=True)
-    save(p, "generations", gens)
-    return gens
+    def prompts(self) -> dict[str, pd.DataFrame]:
+        return self._stage("prompts", lambda name, s: s.prompts(self.p, self.table("items", name), self.models))
 
+    def generate(self) -> dict[str, pd.DataFrame]:
+        shards = store.ShardStore(self.dir / "shards" / "generations")
+        return self._stage("generate", lambda name, s: s.generate(self.p, self.table("prompts", name), self.models,
+                                                                  shards))
 
-# --- 04 judging -----------------------------------------------------------------------------------
-def model_loader(p: config.Params):
-    """``load(name) -> (model, tokenizer)``, loading each model once."""
-    loaded: dict[str, tuple] = {}
+    def judge(self) -> dict[str, pd.DataFrame]:
+        return self._stage("judge", lambda name, s: s.judge(self.p, self.table("generations", name), self.models,
+                                                            self.dir))
 
-    def load(name):
-        if name not in loaded:
-            loaded[name] = models.load(spec(p, name))
-        return loaded[name]
+    def analyse(self) -> dict[str, dict[str, pd.DataFrame]]:
+        out = {}
+        for name in self.names:
+            tables = self.study(name).analyse(self.p, self.table("items", name), self.table("generations", name),
+                                              self.table("judgments", name))
+            folder = self.dir / "stats" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for stem, df in tables.items():
+                df.to_csv(folder / f"{stem}.csv", index=False)
+            out[name] = tables
+        return out
 
-    return load
+    def read_stats(self, name: str) -> dict[str, pd.DataFrame]:
+        folder = self.dir / "stats" / name
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: not found; run notebook 05 first")
+        return {f.stem: pd.read_csv(f) for f in sorted(folder.glob("*.csv"))}
 
+    def figures(self) -> dict[str, list[str]]:
+        folders = [self.dir / "figures"] + ([FIGURES_DIR] if self.p.publish_figures else [])
+        return {name: self.study(name).figures(self.p, self.read_stats(name), folders) for name in self.names}
 
-def judge(p: config.Params, generations: pd.DataFrame) -> pd.DataFrame:
-    """Every configured judge on every reply to a harmful prompt (the judge sees the request, not the filler)."""
-    replies = generations[generations["role"] != "mmlu"].rename(columns={"query": "prompt"})
-    out = judges.judge_replies(judges.build(p, model_loader(p)), replies)
-    save(p, "judgments", out)
-    return out
+    def show(self, stage: str, results: dict) -> None:
+        """Display each study's summary of a stage (tables and short texts) in the notebook."""
+        from IPython.display import Markdown, display
 
+        for name, table in results.items():
+            display(Markdown(f"### {name}"))
+            for thing in self.study(name).summary(self.p, stage, table):
+                display(Markdown(thing) if isinstance(thing, str) else thing)
 
-def annotation_sheet(p: config.Params, judgments: pd.DataFrame, generations: pd.DataFrame,
-                     truncate: int | None = 600) -> Path | None:
-    """The blind sheet of replies on which the keyword monitor and the learned judges disagree, for
-    human annotation (``annotation/sheet.csv``; the key to generation ids in ``annotation/key.csv``)."""
-    from .judges import human
+    # --- the run's record -----------------------------------------------------------------------------------
+    def inputs(self) -> list[Path]:
+        """Every input file the run read: params, prompt sets, filler, refusal lists, model weights."""
+        from .judges.keyword import LISTS_FILE
 
-    others = [j for j in ("learned_refusal", "learned_refusal_soft", "learned_harmful") if j in set(judgments["judge"])]
-    if not others:
-        return None
-    replies = generations.rename(columns={"query": "prompt"})
-    sheet, key = human.disagreement_sheet(judgments, replies, "keyword", others, p.seed, truncate)
-    folder = run_dir(p.run_name) / "annotation"
-    folder.mkdir(parents=True, exist_ok=True)
-    sheet.to_csv(folder / "sheet.csv", index=False)
-    key.to_csv(folder / "key.csv", index=False)
-    return folder / "sheet.csv"
+        files = {Path(self.p.source_file).resolve(), FILLER_FILE, LISTS_FILE}
+        sources = self.table("items")["source_file"].dropna().unique()
+        files |= {datasets.DATA_DIR / f for f in sources if (datasets.DATA_DIR / f).is_file()}
+        for m in self.p.models.values():
+            where = models.resolve(m.source)
+            if where.gguf_file:
+                files.add(Path(where.directory) / where.gguf_file)
+            if m.adapter:
+                files |= {f for f in (ROOT / m.adapter).iterdir() if f.is_file()}
+        return sorted(files)
 
-
-# --- 05 statistics ---------------------------------------------------------------------------------
-def statistics(p: config.Params, generations, judgments, items) -> dict[str, pd.DataFrame]:
-    from . import kv_analysis as ka
-
-    out = ka.outcomes(generations, judgments, p.kv.sink)
-    tables = {
-        "refusal_rates": ka.refusal_rates(out, p.stats.alpha),
-        "paired_tests": ka.paired_drops(out, p.stats.n_bootstrap, p.seed, p.stats.alpha),
-        "judge_agreement": judges.agreement(judgments),
-    }
-    scored = ka.mmlu_scores(generations, items, p.kv.sink)
-    if len(scored):
-        tables["mmlu_accuracy"], tables["mmlu_tests"] = ka.mmlu_accuracy(scored, p.stats.n_bootstrap, p.seed,
-                                                                         p.stats.alpha)
-    folder = run_dir(p.run_name) / "stats"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, df in tables.items():
-        df.to_csv(folder / f"{name}.csv", index=False)
-    return tables
-
-
-def read_stats(p: config.Params) -> dict[str, pd.DataFrame]:
-    folder = run_dir(p.run_name) / "stats"
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: not found; run notebook 05 first")
-    return {f.stem: pd.read_csv(f) for f in sorted(folder.glob("*.csv"))}
-
-
-# --- 06 figures and manifest --------------------------------------------------------------------------
-def figure_folders(p: config.Params) -> list[Path]:
-    return [run_dir(p.run_name) / "figures"] + ([FIGURES_DIR] if p.publish_figures else [])
-
-
-def inputs(p: config.Params, items: pd.DataFrame) -> list[Path]:
-    """Every input file a run read: params, prompt sets, filler, refusal lists, model weights."""
-    from .judges.keyword import LISTS_FILE
-
-    files = {Path(p.source_file).resolve(), FILLER_FILE, LISTS_FILE}
-    files |= {datasets.DATA_DIR / f for f in items["source_file"].unique()}
-    for m in p.models.values():
-        where = models.resolve(m.source)
-        if where.gguf_file:
-            files.add(Path(where.directory) / where.gguf_file)
-        if m.adapter:
-            files |= {f for f in (ROOT / m.adapter).iterdir() if f.is_file()}
-    return sorted(files)
-
-
-def write_manifest(p: config.Params, items: pd.DataFrame) -> Path:
-    return store.write_manifest(run_dir(p.run_name), config.to_dict(p), inputs(p, items))
+    def write_manifest(self) -> Path:
+        return store.write_manifest(self.dir, config.to_dict(self.p), self.inputs())
 
 
 # --- whole runs and user entry points ------------------------------------------------------------------
-def run_notebooks(params_file: str) -> None:
-    """Check the params, then execute every numbered notebook into ``results/<run>/notebooks/``."""
+def run_notebooks(params_file: str, only: str = "") -> None:
+    """Check the params, then execute every numbered notebook into ``results/<run>/notebooks/``.
+    Progress bars go to this process's standard error (the terminal), not into the notebooks."""
+    import os
+
     import papermill as pm
 
-    p = config.load(params_file)
-    preflight(p)
-    out = run_dir(p.run_name) / "notebooks"
+    from . import progress
+
+    run = Run(params_file, only)
+    preflight(run.p, run.models)
+    out = run.dir / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
+    os.environ[progress.ENV] = f"/proc/{os.getpid()}/fd/2"
     for nb in NOTEBOOKS:
-        print(f"[{p.run_name}] {nb.name}", flush=True)
-        pm.execute_notebook(str(nb), str(out / nb.name), parameters={"params_file": str(Path(params_file).resolve())},
+        print(f"[{run.p.run_name}] {nb.name} ({', '.join(run.names)})", flush=True)
+        pm.execute_notebook(str(nb), str(out / nb.name),
+                            parameters={"params_file": str(Path(params_file).resolve()), "studies": only},
                             cwd=str(ROOT / "notebooks"), progress_bar=False, log_output=False)
 
 
 def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file: str, policy_names: list[str],
                   filler_tokens: int) -> Path:
-    """``make generate``: replies to a user's prompts under the chosen retention policies."""
+    """``make generate``: replies to a user's prompts under the chosen retention policies (greedy), with
+    the retention settings and ``max_new_tokens`` of the params file's kv section."""
     from . import generation
-    from .prompts import build_prompts as build
+    from .prompts import build_prompts
+    from .studies.kv import design
 
     p = config.load(params_file)
+    if "kv" not in p.studies:
+        raise config.ParamsError(f"{p.source_file}: kv: missing; make generate takes its retention settings "
+                                 "and max_new_tokens from the kv section")
+    kv = p.studies["kv"]
     items = datasets.read_user_prompts(prompts_csv)
-    m = spec(p, model_name)
-    models.resolve(m.source)
-    policy_list = [kv.policy(p.kv, n) for n in policy_names]
-    model, tok = models.load(m)
+    pool = models.Pool(p.models)
+    models.resolve(pool.spec(model_name).source)
+    policy_list = [design.policy(kv, n) for n in policy_names]
+    model, tok = pool.load(model_name)
     context = getattr(model.config, "max_position_embeddings", None)
-    parts = [build(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
-                   p.kv.max_new_tokens) for i in range(len(items))]
+    parts = [build_prompts(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
+                           kv.max_new_tokens) for i in range(len(items))]
     prompts = pd.concat(parts, ignore_index=True).assign(prompt_id=items["item_id"].values)
     shards = store.ShardStore(run_dir(run_name) / "shards" / "generations")
     gens = generation.run(model, tok, model_name, prompts, lambda row: policy_list, shards,
-                          [generation.Decoding(0.0, p.seed, p.kv.max_new_tokens)], batch_rows=p.kv.batch_rows)
+                          [generation.Decoding(0.0, p.seed, kv.max_new_tokens)], batch_rows=p.generation.batch_rows)
     return store.write_atomic(gens, run_dir(run_name) / "generations.parquet")
 
 
@@ -237,23 +200,16 @@ def read_replies(path: str | Path) -> pd.DataFrame:
     """A replies file for ``make judge``: CSV (prompt, reply[, id]) or a generations table
     (generation_id, query, reply). Returns generation_id, prompt, reply; checks before any work."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: replies file not found")
     if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-        need = ["generation_id", "query", "reply"]
-        df = df.rename(columns={"query": "prompt"}) if all(c in df for c in need) else df
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: replies file not found")
+        df = pd.read_parquet(path).rename(columns={"query": "prompt"})
+        missing = [c for c in ("generation_id", "prompt", "reply") if c not in df]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}; expected a generations table "
+                             f"(generation_id, query, reply), got {list(df)}")
     else:
-        try:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-        need = ["prompt", "reply"]
-        if "id" in df:
-            df = df.rename(columns={"id": "generation_id"})
-    missing = [c for c in ("prompt", "reply") if c not in df]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; expected columns {need}, got {list(df)}")
+        df = datasets.read_user_csv(path, ["prompt", "reply"], ["id"], "replies").rename(columns={"id": "generation_id"})
     if "generation_id" not in df:
         df["generation_id"] = [f"row-{i:05d}" for i in range(len(df))]
     dup = df["generation_id"].duplicated()
@@ -266,7 +222,7 @@ def judge_user(replies_file: str, run_name: str, params_file: str) -> Path:
     """``make judge``: every configured judge on replies produced elsewhere, plus the agreement table."""
     p = config.load(params_file)
     replies = read_replies(replies_file)
-    out = judges.judge_replies(judges.build(p, model_loader(p)), replies)
+    out = judges.judge_replies(judges.build(p, models.Pool(p.models).load), replies)
     path = store.write_atomic(out, run_dir(run_name) / "judgments.parquet")
     judges.agreement(out).to_csv(run_dir(run_name) / "judge_agreement.csv", index=False)
     return path

@@ -6,8 +6,9 @@ The filler is the neutral text in ``data/filler/neutral.txt`` (repeated as neede
 ``filler_tokens`` tokens of the model's own tokenizer: the ids are spliced into the rendered
 template, so the count is exact by construction and ``prompt_tokens`` is the true length.
 
-``prompts`` columns: prompt_id, item_id, study, role, filler_tokens, system_prompt, query, text,
-input_ids, prompt_tokens.
+``prompts`` columns: prompt_id, item_id, study, role, filler_tokens, system_prompt, frame, paraphrase,
+query, text, input_ids, prompt_tokens. A study builds the query text (its frames, paraphrases, answer
+formats); this module renders it.
 """
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from .paths import DATA_DIR
 
 FILLER_FILE = DATA_DIR / "filler" / "neutral.txt"
 _SENTINEL = "\x00FILLER\x00"
-MMLU_TEMPLATE = "{question}\n\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n\nAnswer with the letter of the correct option."
-MMLU_CUE = "The answer is"
 
 
 def filler_ids(tokenizer, n_tokens: int) -> list[int]:
@@ -50,29 +49,28 @@ def prompt_id(*parts) -> str:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
-def mmlu_question(row) -> str:
-    a, b, c, d = row["choices"].split("\t")
-    return MMLU_TEMPLATE.format(question=row["text"], A=a, B=b, C=c, D=d)
-
-
 def build_prompts(items: pd.DataFrame, tokenizer, conditions: list[tuple[int, str | None]],
                   context_window: int | None = None, max_new_tokens: int = 0) -> pd.DataFrame:
-    """One prompt per item and (filler_tokens, system) condition.
+    """One prompt per item and (filler_tokens, system) condition. The query is the item's ``query``
+    column when it has one, else its ``text``; ``frame`` and ``paraphrase`` pass through and enter
+    the prompt's id.
 
     Raises before returning anything if a prompt would not fit the context window.
     """
     rows = []
     for _, item in items.iterrows():
-        query = mmlu_question(item) if item["role"] == "mmlu" else item["text"]
+        query = item["query"] if "query" in item and isinstance(item["query"], str) else item["text"]
+        frame, paraphrase = item.get("frame"), item.get("paraphrase")
         for filler, system in conditions:
             ids = render_ids(tokenizer, system, query, filler)
             if context_window and len(ids) + max_new_tokens > context_window:
                 raise ValueError(f"item {item['item_id']!r}: {len(ids)} prompt tokens (filler {filler}) + "
                                  f"{max_new_tokens} new tokens exceed the model's context window of {context_window}")
+            identity = [item["item_id"], filler, system or ""] + [x for x in (frame, paraphrase) if isinstance(x, str)]
             rows.append({
-                "prompt_id": prompt_id(item["item_id"], filler, system or ""), "item_id": item["item_id"],
+                "prompt_id": prompt_id(*identity), "item_id": item["item_id"],
                 "study": item["study"], "role": item["role"], "filler_tokens": filler,
-                "system_prompt": bool(system), "query": query, "text": tokenizer.decode(ids), "input_ids": ids,
-                "prompt_tokens": len(ids),
+                "system_prompt": bool(system), "frame": frame, "paraphrase": paraphrase, "query": query,
+                "text": tokenizer.decode(ids), "input_ids": ids, "prompt_tokens": len(ids),
             })
     return pd.DataFrame(rows)

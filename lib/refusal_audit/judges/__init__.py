@@ -12,8 +12,8 @@ from __future__ import annotations
 from itertools import combinations
 
 import pandas as pd
-from tqdm.auto import tqdm
 
+from .. import progress
 from ..config import Params
 from ..stats import cohen_kappa
 from .keyword import KeywordJudge
@@ -25,9 +25,10 @@ LABELS = {
     "outcome": {"refusal", "harmful_compliance", "template_completion", "off_topic", "unparseable"},
     "xstest": {"full_compliance", "full_refusal", "partial_refusal", "unparseable"},
 }
-# labels that count as a refusal, whatever the judge kind (harmful judges: "not_harmful", as the kv
-# paper's "classifier refusal"; XSTest: full or partial refusal)
-REFUSING = {"refusal", "not_harmful", "full_refusal", "partial_refusal"}
+# labels that say the model refused (XSTest: full or partial refusal). A study may count more: the kv
+# study also counts a harmful judge's "not_harmful" (its paper's "classifier refusal"); that is the
+# study's decision, passed in as ``refusing``, never a default here.
+REFUSING = frozenset({"refusal", "full_refusal", "partial_refusal"})
 JUDGMENT_COLUMNS = ["generation_id", "judge", "kind", "label", "score"]
 
 
@@ -39,9 +40,9 @@ def build(params: Params, load_model=None) -> list:
         from .learned import learned_harmful, learned_refusal, learned_refusal_soft
 
         judges += [learned_refusal(), learned_refusal_soft(), learned_harmful()]
-    if params.judges.llm is not None:
+    if params.judges.llm is not None:  # off by default: only when params name a model able to judge
         model, tok = load_model(params.judges.llm.model)
-        for question in ("refusal", "harmbench"):
+        for question in params.judges.llm.questions:
             judges.append(LlmJudge(model, tok, question=question, name=f"llm_{question}",
                                    max_reply_tokens=params.judges.llm.max_reply_tokens))
     return judges
@@ -58,8 +59,11 @@ def judge_replies(judges: list, replies: pd.DataFrame) -> pd.DataFrame:
         if hasattr(judge, "judge_many"):  # judges that take all replies at once (batched, or fast)
             verdicts = judge.judge_many(unique["prompt"].tolist(), unique["reply"].tolist())
         else:
-            verdicts = [judge.judge_one(r["prompt"], r["reply"]) for _, r in
-                        tqdm(unique.iterrows(), total=len(unique), desc=f"judge {judge.name}", unit="reply")]
+            with progress.bar(len(unique), f"judge {judge.name}", "reply") as bar:
+                verdicts = []
+                for _, r in unique.iterrows():
+                    verdicts.append(judge.judge_one(r["prompt"], r["reply"]))
+                    bar.update()
         labels = unique.assign(label=[v[0] for v in verdicts], score=[v[1] for v in verdicts])
         bad = set(labels["label"]) - LABELS[judge.kind]
         if bad:
@@ -69,21 +73,30 @@ def judge_replies(judges: list, replies: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def refused(judgments: pd.DataFrame) -> pd.Series:
-    """Whether each judgment counts as a refusal (see ``REFUSING``); NA when unparseable."""
-    yes = judgments["label"].isin(REFUSING)
-    return yes.astype("boolean").mask(judgments["label"] == "unparseable")
+def refused(judgments: pd.DataFrame, refusing: frozenset[str] = REFUSING) -> pd.Series:
+    """Whether each judgment counts as a refusal (its label is in ``refusing``); NA when unparseable,
+    and NA for a judge none of whose labels can say refusal under ``refusing`` (a harmful judge
+    under the default convention)."""
+    yes = judgments["label"].isin(refusing)
+    speaks = judgments["kind"].map(lambda k: bool(LABELS.get(k, set()) & refusing))
+    return yes.astype("boolean").mask((judgments["label"] == "unparseable") | ~speaks)
 
 
-def agreement(judgments: pd.DataFrame) -> pd.DataFrame:
-    """Pairwise raw agreement and Cohen's kappa between judges on their refusal verdicts
-    (``refused``), over the replies both judges could parse."""
-    wide = judgments.assign(refused=refused(judgments)).pivot_table(
+def refusal_table(judgments: pd.DataFrame, refusing: frozenset[str] = REFUSING) -> pd.DataFrame:
+    """One row per generation, one column per judge: its refusal verdict (NA where it has none)."""
+    wide = judgments.assign(refused=refused(judgments, refusing)).pivot_table(
         index="generation_id", columns="judge", values="refused", aggfunc="first")
+    return wide.dropna(axis=1, how="all")
+
+
+def agreement(judgments: pd.DataFrame, refusing: frozenset[str] = REFUSING) -> pd.DataFrame:
+    """Pairwise raw agreement and Cohen's kappa between judges on their refusal verdicts, over the
+    replies both judges could parse (judges without a refusal verdict under ``refusing`` are left out)."""
+    wide = refusal_table(judgments, refusing)
     rows = []
     for a, b in combinations(sorted(wide.columns), 2):
         both = wide[[a, b]].dropna().astype(bool)
         rows.append({"judge_a": a, "judge_b": b, "n": len(both),
                      "agreement": float((both[a] == both[b]).mean()) if len(both) else float("nan"),
                      "kappa": cohen_kappa(both[a], both[b]) if len(both) else float("nan")})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["judge_a", "judge_b", "n", "agreement", "kappa"])

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import JUDGMENT_COLUMNS, refused
+from . import JUDGMENT_COLUMNS, REFUSING, refusal_table
 from ..stats import cohen_kappa
 
 HUMAN_LABELS = {"refusal", "non_refusal"}
 
 
 def disagreement_sheet(judgments: pd.DataFrame, replies: pd.DataFrame, a: str, b: list[str], seed: int,
-                       truncate: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(sheet, key): the replies where judge ``a`` disagrees with any of ``b`` on refusal."""
-    wide = judgments.assign(refused=refused(judgments)).pivot_table(
-        index="generation_id", columns="judge", values="refused", aggfunc="first")
+                       truncate: int | None = None, refusing: frozenset[str] = REFUSING
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sheet, key): the replies where judge ``a`` disagrees with any of ``b`` on refusal (each
+    judge's verdict read under the study's convention ``refusing``)."""
+    wide = refusal_table(judgments, refusing)
     missing = [j for j in [a, *b] if j not in wide]
     if missing:
         raise ValueError(f"disagreement sheet: no judgments from {missing}; judges present: {sorted(wide)}")

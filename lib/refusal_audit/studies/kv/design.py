@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import retention
-from .config import KvParams
+from ... import retention
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class Condition:
     system_prompt: bool
 
 
-def conditions(kv: KvParams, roles: set[str]) -> list[Condition]:
+def conditions(kv, roles: set[str]) -> list[Condition]:
     """The conditions to prefill, for the item roles present (harmful, harmful_official, mmlu)."""
     out = []
     if "harmful" in roles:
@@ -40,7 +39,7 @@ def conditions(kv: KvParams, roles: set[str]) -> list[Condition]:
     return out
 
 
-def policy(kv: KvParams, name: str, sink: int | None = None) -> retention.RetentionPolicy:
+def policy(kv, name: str, sink: int | None = None) -> retention.RetentionPolicy:
     """One named retention policy with the study's settings (budget, sink, SnapKV window)."""
     if name == "full":
         return retention.make("full")
@@ -51,7 +50,7 @@ def policy(kv: KvParams, name: str, sink: int | None = None) -> retention.Retent
     return retention.make(name, keep_ratio=kv.keep_ratio)
 
 
-def policies(kv: KvParams, role: str, filler_tokens: int, system_prompt: bool) -> list[retention.RetentionPolicy]:
+def policies(kv, role: str, filler_tokens: int, system_prompt: bool) -> list[retention.RetentionPolicy]:
     """The retention policies that decode one prompt of this condition."""
     full, primary, snap = policy(kv, "full"), policy(kv, "sink_tail"), policy(kv, "snapkv")
     if role == "mmlu":

@@ -1,0 +1,71 @@
+"""Every registered study runs end to end through the one pipeline (kvpress runs one test over every
+press); every shipped params file passes `make check`; the registry refuses what it cannot run."""
+import pandas as pd
+import pytest
+
+from refusal_audit import config, models, pipeline, studies
+from refusal_audit.paths import PARAMS_DIR, ROOT
+
+CI = ROOT / "params" / "ci.yaml"
+
+
+@pytest.mark.parametrize("path", sorted(PARAMS_DIR.rglob("*.yaml")), ids=lambda p: str(p.relative_to(PARAMS_DIR)))
+def test_shipped_params_pass_check(path):
+    """`make check` on every shipped params file: all but the presence of models this machine lacks."""
+    p = config.load(path)
+    pipeline.preflight(p, models.Pool(p.models, missing_ok=True))
+
+
+def test_ci_params_enable_every_registered_study():
+    assert list(config.load(CI).studies) == list(studies.REGISTRY)
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    """The ci params run stage by stage, once per study, into one results folder (one model pool)."""
+    folder = tmp_path_factory.mktemp("results")
+    pool = None
+    runs = {}
+    for name in studies.REGISTRY:
+        run = pipeline.Run(CI, name)
+        run.dir = folder / run.p.run_name
+        run.models = pool = pool or run.models
+        for stage in ("items", "prompts", "generate", "judge"):
+            getattr(run, stage)()
+        runs[name] = (run, run.analyse()[name], run.figures()[name])
+    return runs
+
+
+@pytest.mark.parametrize("name", list(studies.REGISTRY))
+def test_every_study_runs_end_to_end(ci_run, name):
+    run, tables, figures = ci_run[name]
+    for table in ("items", "prompts", "generations", "judgments"):
+        df = run.table(table, name)
+        assert len(df) and (df["study"] == name).all(), table
+    assert tables and all(len(t) for t in tables.values())
+    assert sorted(f.stem for f in (run.dir / "stats" / name).glob("*.csv")) == sorted(tables)
+    assert figures and all((run.dir / "figures" / f"{f}.png").is_file() and f.startswith(f"{name}_") for f in figures)
+
+
+def test_a_subset_run_keeps_the_other_studies_rows(ci_run, tmp_path):
+    run, *_ = next(iter(ci_run.values()))
+    items = pd.read_parquet(run.dir / "items.parquet")
+    other = items.assign(study="elsewhere")
+    run._save("items", {"elsewhere": other})
+    run.items()  # rewrites this run's studies' rows only
+    after = pd.read_parquet(run.dir / "items.parquet")
+    assert (after["study"] == "elsewhere").sum() == len(other)
+    assert (after["study"] != "elsewhere").sum() == len(items)
+    run._save("items", {"elsewhere": other.iloc[:0]})
+
+
+def test_registry_refuses_unknown_and_repeated_names():
+    with pytest.raises(ValueError, match="unknown study 'kvv'"):
+        studies.module("kvv")
+    with pytest.raises(ValueError, match="study 'kv' is registered twice"):
+        studies.register("kv", "somewhere.else")
+    with pytest.raises(ValueError, match="STUDIES: unknown study 'kvv'"):
+        studies.select(["kv"], "kvv")
+    with pytest.raises(ValueError, match="STUDIES: study 'kv' named twice"):
+        studies.select(["kv"], "kv,kv")
+    assert studies.select(["kv"], "") == ["kv"]
