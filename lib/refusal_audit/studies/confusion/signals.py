@@ -1,0 +1,179 @@
+"""Token-level signals from a causal LM, for the confusion (ParaGuard) metrics.
+
+One forward pass over a batch of prompts (already rendered to token ids) gives, per prompt:
+
+- ``hidden``: the hidden states of one layer for every prompt token, shape (n_tokens, d).
+  ``layer`` indexes the model's ``hidden_states`` tuple (0 = embeddings, -1 = last layer; for
+  Llama-family models the last entry is taken after the final norm). Default: the last layer.
+- ``next_token_logprobs``: log-softmax of the logits at the last prompt position, shape (vocab,):
+  the distribution of the reply's first token, where accept/reject is decided.
+- ``token_logprobs``: log p(t_i | t_<i) for the prompt's own tokens i = 1..n-1, shape (n-1,)
+  (the first token has no context); their negative mean is the log-perplexity.
+
+Padding: prompts are padded on either side with an attention mask; position ids are derived from
+the mask (``cumsum(mask) - 1``), so left padding does not shift positions and results match a
+one-at-a-time pass up to float rounding. Results are cached per key (model name, layer, token ids)
+in memory and, with a directory, on disk as one ``.npz`` per key written by atomic rename, so no
+prompt is recomputed per pair. ``model_name`` must identify the weights and dtype (a params model
+name does); the cache never looks inside the model.
+
+Metrics (``metrics.py``) read these arrays duck-typed and never import torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+PADDING_SIDES = ("left", "right")
+
+
+@dataclass(frozen=True)
+class PromptSignals:
+    """The signals of one prompt (float32 numpy arrays; see the module docstring)."""
+
+    input_ids: np.ndarray  # (n,) int64
+    hidden: np.ndarray  # (n, d)
+    next_token_logprobs: np.ndarray  # (vocab,)
+    token_logprobs: np.ndarray  # (n - 1,)
+    layer: int
+
+    @property
+    def next_token_probs(self) -> np.ndarray:
+        """The next-token distribution as probabilities."""
+        return np.exp(self.next_token_logprobs.astype(np.float64))
+
+    @property
+    def log_perplexity(self) -> float:
+        """Mean negative log-likelihood of tokens 1..n-1 (natural log)."""
+        return float(-np.mean(self.token_logprobs))
+
+    def select(self, start: int, stop: int) -> "PromptSignals":
+        """The same signals restricted to tokens [start, stop) (for example the user turn, leaving
+        out the chat template around it). ``token_logprobs`` keeps the tokens of the span that have
+        a context (token 0 has none); the next-token distribution is unchanged."""
+        n = len(self.input_ids)
+        if not 0 <= start < stop <= n:
+            raise ValueError(f"span [{start}, {stop}) is not inside the prompt's {n} tokens")
+        return PromptSignals(input_ids=self.input_ids[start:stop], hidden=self.hidden[start:stop],
+                             next_token_logprobs=self.next_token_logprobs,
+                             token_logprobs=self.token_logprobs[max(start, 1) - 1:stop - 1], layer=self.layer)
+
+
+def cache_key(model_name: str, layer: int, token_ids: Sequence[int]) -> str:
+    """sha256 of (model name, layer, token ids): the cache's file name."""
+    payload = json.dumps([model_name, int(layer), [int(t) for t in token_ids]])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class SignalCache:
+    """key -> PromptSignals, in memory and (with ``directory``) one ``<key>.npz`` per key on disk."""
+
+    def __init__(self, directory: str | Path | None = None):
+        self.memory: dict[str, PromptSignals] = {}
+        self.directory = Path(directory) if directory is not None else None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def get(self, key: str) -> PromptSignals | None:
+        if key in self.memory:
+            return self.memory[key]
+        if self.directory is None or not (self.directory / f"{key}.npz").exists():
+            return None
+        with np.load(self.directory / f"{key}.npz") as f:
+            sig = PromptSignals(input_ids=f["input_ids"], hidden=f["hidden"], next_token_logprobs=f["next_token_logprobs"],
+                                token_logprobs=f["token_logprobs"], layer=int(f["layer"]))
+        self.memory[key] = sig
+        return sig
+
+    def put(self, key: str, sig: PromptSignals) -> None:
+        self.memory[key] = sig
+        if self.directory is None:
+            return
+        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, input_ids=sig.input_ids, hidden=sig.hidden, next_token_logprobs=sig.next_token_logprobs,
+                         token_logprobs=sig.token_logprobs, layer=np.int64(sig.layer))
+            os.replace(tmp, self.directory / f"{key}.npz")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def pad_batch(token_ids: Sequence[Sequence[int]], pad_id: int, side: str = "left") -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask), both int64 of shape (batch, longest), padded on ``side``."""
+    if side not in PADDING_SIDES:
+        raise ValueError(f"padding_side must be one of {PADDING_SIDES}, got {side!r}")
+    if any(len(ids) == 0 for ids in token_ids):
+        raise ValueError("a prompt has no tokens")
+    width = max(len(ids) for ids in token_ids)
+    ids = np.full((len(token_ids), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(token_ids), width), dtype=np.int64)
+    for b, row in enumerate(token_ids):
+        cols = slice(width - len(row), width) if side == "left" else slice(0, len(row))
+        ids[b, cols] = row
+        mask[b, cols] = 1
+    return ids, mask
+
+
+def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[PromptSignals]:
+    """The signals of every row of one padded batch (either padding side), in one forward pass."""
+    import torch
+
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=device)
+    mask = torch.as_tensor(np.asarray(attention_mask), dtype=torch.long, device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+    states = getattr(out, "hidden_states", None)
+    if not states:
+        raise ValueError(f"model {type(model).__name__} returned no hidden states with output_hidden_states=True; "
+                         "the confusion signals need a causal LM that exposes them")
+    if not -len(states) <= layer < len(states):
+        raise ValueError(f"layer {layer} is out of range: the model returns {len(states)} hidden-state entries "
+                         f"(0 = embeddings, {len(states) - 1} = last layer)")
+    hidden, logits = states[layer], out.logits
+    result = []
+    for b in range(ids.shape[0]):
+        keep = mask[b].nonzero().squeeze(-1)
+        row_ids = ids[b, keep]
+        logp = torch.log_softmax(logits[b, keep].float(), dim=-1)  # (n, vocab), one prompt at a time
+        own = logp[:-1].gather(-1, row_ids[1:, None]).squeeze(-1)
+        result.append(PromptSignals(input_ids=row_ids.cpu().numpy(),
+                                    hidden=hidden[b, keep].float().cpu().numpy(),
+                                    next_token_logprobs=logp[-1].cpu().numpy(),
+                                    token_logprobs=own.cpu().numpy(), layer=layer))
+    return result
+
+
+def compute_signals(model, token_ids: Sequence[Sequence[int]], *, model_name: str, layer: int = -1,
+                    pad_id: int = 0, padding_side: str = "left", batch_size: int = 8,
+                    cache: SignalCache | None = None) -> list[PromptSignals]:
+    """Signals for each prompt (in order), computing only the ones the cache lacks, ``batch_size``
+    prompts per forward pass. ``pad_id`` only fills masked positions, so any id works."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    cache = cache if cache is not None else SignalCache()
+    keys = [cache_key(model_name, layer, ids) for ids in token_ids]
+    missing: dict[str, Sequence[int]] = {}
+    for key, ids in zip(keys, token_ids):
+        if key not in missing and cache.get(key) is None:
+            missing[key] = ids
+    todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch: less padding
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        ids, mask = pad_batch([row for _, row in chunk], pad_id, padding_side)
+        for (key, _), sig in zip(chunk, forward_padded(model, ids, mask, layer)):
+            cache.put(key, sig)
+    return [cache.get(key) for key in keys]

@@ -1,0 +1,287 @@
+"""Confusion (ParaGuard) metrics and token signals: hand-built cases with known answers, and the
+signals of the embedded model (batched == one at a time, padding-invariant, cached)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from refusal_audit.studies.confusion import metrics as M
+
+SQ = 1 / np.sqrt(2)
+
+
+def sig(hidden, probs, token_logprobs):
+    """A hand-built signals object (the duck type metrics read)."""
+    with np.errstate(divide="ignore"):
+        logp = np.log(np.asarray(probs, dtype=np.float64))
+    return SimpleNamespace(hidden=np.asarray(hidden, dtype=np.float64), next_token_logprobs=logp,
+                           token_logprobs=np.asarray(token_logprobs, dtype=np.float64))
+
+
+def table(clusters, accepted, model=None):
+    t = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(clusters))], "cluster": clusters, "accepted": accepted})
+    if model is not None:
+        t.insert(0, "model", model)
+    return t
+
+
+def sim_from(pairs, n, base=0.5):
+    """A symmetric n x n similarity matrix: 1 on the diagonal, ``base`` elsewhere, ``pairs`` set."""
+    s = np.full((n, n), base)
+    np.fill_diagonal(s, 1.0)
+    for (i, j), v in pairs.items():
+        s[i, j] = s[j, i] = v
+    return s
+
+
+def unit_circle(degrees):
+    rad = np.deg2rad(degrees)
+    return np.stack([np.cos(rad), np.sin(rad)], axis=1)
+
+
+# --- planted pair: hidden states, distributions and log-probs built by hand --------------------
+
+A1 = sig([[1, 0], [0, 1]], [0.5, 0.5, 0.0], [-1.0, -3.0])  # log ppl 2
+R = sig([[1, 0], [1, 1], [0, -1]], [0.0, 0.5, 0.5], [-2.0, -4.0, -6.0])  # log ppl 4
+# by hand: a->r matches a0->r0 (cos 1), a1->r1 (cos 1/sqrt2); r->a matches r0->a0 (1), r1->a0 (1/sqrt2), r2 (best cos 0)
+DRIFT_A_TO_R = (0 + (1 - SQ)) / 2
+DRIFT_R_TO_A = (0 + (1 - SQ) + 1) / 3
+DRIFT = (DRIFT_A_TO_R + DRIFT_R_TO_A) / 2
+SHIFT = 0.5  # m = (.25, .5, .25): KL(p||m) = KL(q||m) = 0.5 ln 2, JSD = 0.5 ln 2 nats = 0.5 bit
+CONTRAST = 1 - np.exp(-abs(4.0 - 2.0))
+CS = (DRIFT + SHIFT + CONTRAST) / 3
+
+
+def test_pair_signals_by_hand():
+    assert M.token_drift(A1.hidden, R.hidden) == pytest.approx(DRIFT)
+    assert M.token_drift(A1.hidden, R.hidden, "greedy_a_to_r") == pytest.approx(DRIFT_A_TO_R)
+    assert M.token_drift(A1.hidden, R.hidden, "mean") == pytest.approx(1 - (0.5 * 2 / 3) / (SQ * 2 / 3))  # means (.5, .5), (2/3, 0)
+    assert M.next_token_shift([0.5, 0.5, 0], [0, 0.5, 0.5]) == pytest.approx(SHIFT)
+    assert M.next_token_shift([0.5, 0.5, 0], [0, 0.5, 0.5], "tv") == pytest.approx(0.5)
+    assert M.perplexity_contrast(A1.token_logprobs, R.token_logprobs) == pytest.approx(CONTRAST)
+    assert M.perplexity_contrast(A1.token_logprobs, R.token_logprobs, scale=2.0) == pytest.approx(1 - np.exp(-1))
+    assert M.pair_signals(A1, R)["cs"] == pytest.approx(CS)
+    assert M.confusion_score(0.3, 0.6, 0.9, weights=(1, 0, 1)) == pytest.approx(0.6)
+
+
+def test_planted_pair_confusion_index_by_hand():
+    # p0 = a1 (accepted, sim .9 to r), p1 = a2 (accepted, identical signals to r, sim .8), p2 = r (rejected)
+    prompts = table(["c", "c", "c"], [True, True, False])
+    sim = sim_from({(0, 2): 0.9, (1, 2): 0.8, (0, 1): 0.7}, 3)
+    signals = [A1, R, R]
+    scored = M.score(prompts, sim, signals)
+    r = scored.iloc[2]
+    assert r["ci"] == pytest.approx((CS + 0.0) / 2)  # identical pair contributes CS = 0
+    assert r["drift"] == pytest.approx(DRIFT / 2) and r["shift"] == pytest.approx(SHIFT / 2)
+    assert r["contrast"] == pytest.approx(CONTRAST / 2)
+    assert (r["n_neighbours"], r["n_events"], bool(r["confused"])) == (2, 1, True)  # only .9 > theta = .85
+    assert scored["ci"].iloc[:2].isna().all()  # accepted prompts carry no CI
+    only_nearest = M.score(prompts, sim, signals, M.ConfusionParams(k=1)).iloc[2]
+    assert only_nearest["ci"] == pytest.approx(CS)
+    drift_only = M.score(prompts, sim, signals, M.ConfusionParams(k=1, weights=(1, 0, 0))).iloc[2]
+    assert drift_only["ci"] == pytest.approx(DRIFT)
+    pairs = M.neighbour_pairs(prompts, sim, signals)
+    assert list(pairs["accepted_id"]) == ["p0", "p1"] and list(pairs["event"]) == [True, False]
+    assert pairs["cs"].tolist() == pytest.approx([CS, 0.0])
+
+
+def test_identical_prompts_give_zero_signals():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(6, 16))
+    p = rng.dirichlet(np.ones(50))
+    lp = -rng.exponential(size=5)
+    for alignment in M.ALIGNMENTS:
+        assert M.token_drift(h, h, alignment) == pytest.approx(0.0, abs=1e-12)
+    for method in M.SHIFTS:
+        assert M.next_token_shift(p, p, method) == pytest.approx(0.0, abs=1e-12)
+    assert M.perplexity_contrast(lp, lp) == 0.0
+    same = sig(h, p, lp)
+    assert M.pair_signals(same, same)["cs"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_cluster_without_contradictions_has_rate_zero_and_no_ci():
+    # cluster "acc": all accepted; cluster "rej": all rejected, although very similar to each other
+    prompts = table(["acc"] * 3 + ["rej"] * 3, [True] * 3 + [False] * 3)
+    sim = np.full((6, 6), 0.95)
+    rng = np.random.default_rng(1)
+    signals = [sig(rng.normal(size=(3, 4)), rng.dirichlet(np.ones(5)), -rng.exponential(size=2)) for _ in range(6)]
+    scored = M.score(prompts, sim, signals)
+    assert scored["ci"].isna().all() and not scored["confused"].any()
+    clusters = M.cluster_summary(scored).set_index("cluster")
+    assert clusters.loc["acc", "confusion_rate"] == 0 and clusters.loc["rej", "confusion_rate"] == 0
+    assert clusters["n_ci"].tolist() == [0, 0] and clusters["ci"].isna().all()
+    assert clusters.loc["rej", "frr"] == 1 and clusters.loc["acc", "frr"] == 0
+    model = M.model_summary(clusters.reset_index()).iloc[0]
+    assert model["confusion_rate"] == 0 and np.isnan(model["ci"]) and model["frr"] == 0.5
+    # in pool scope the same prompts do contradict each other (sim .95 across the two clusters)
+    pooled = M.cluster_summary(M.score(prompts, sim, signals, M.ConfusionParams(scope="pool"))).set_index("cluster")
+    assert pooled.loc["rej", "confusion_rate"] == 1 and pooled.loc["rej", "n_ci"] == 3
+
+
+def test_confusion_rate_and_summaries():
+    # cluster x: a0 accepted, r1 rejected (sim .9 to a0: event), r2 rejected (sim .6: no event)
+    # cluster y: a3, r4 (sim .95: event)
+    prompts = table(["x", "x", "x", "y", "y"], [True, False, False, True, False], model="m")
+    sim = sim_from({(0, 1): 0.9, (0, 2): 0.6, (1, 2): 0.6, (3, 4): 0.95}, 5, base=0.1)
+    scored = M.score(prompts, sim)  # no signals: rate and depth only
+    clusters = M.cluster_summary(scored).set_index("cluster")
+    assert clusters.loc["x", "confusion_rate"] == pytest.approx(0.5) and clusters.loc["y", "confusion_rate"] == 1
+    assert clusters["ci"].isna().all()
+    model = M.model_summary(clusters.reset_index()).iloc[0]
+    assert model["model"] == "m" and model["confusion_rate"] == pytest.approx(2 / 3)  # pooled over rejections
+    assert model["frr"] == pytest.approx(3 / 5) and model["clusters_confused"] == 1.0
+    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist() == [0, 1, 1, 0, 1]
+
+
+def test_depth_on_constructed_geometry():
+    # one cluster on the unit circle: r0 at 0 deg; a1 at 10, r2 at 15, a3 at 20, a4 at 90 (sim = cos of the angle gap)
+    angles = [0, 10, 15, 20, 90]
+    prompts = table(["c"] * 5, [False, True, False, True, True])
+    sim = M.cosine_matrix(unit_circle(angles))
+    cos = lambda d: np.cos(np.deg2rad(d))  # noqa: E731
+    depth = lambda **kw: M.score(prompts, sim, params=M.ConfusionParams(**kw))["depth"].tolist()  # noqa: E731
+    # r0's nearest: a1 (10), r2 (15), a3 (20), a4 (90); r2's nearest: a1 / a3 (5 each; a1 first in table order), r0 (15), a4 (75)
+    share1, share3, share4 = depth(depth_k=1), depth(depth_k=3), depth(depth_k=4)
+    assert share1[0] == 1.0 and share1[2] == 1.0
+    assert share3[0] == pytest.approx(2 / 3) and share3[2] == pytest.approx(2 / 3)
+    assert share4[0] == pytest.approx(3 / 4) and share4[2] == pytest.approx(3 / 4)
+    assert np.isnan(share3[1]) and np.isnan(share3[3])  # accepted prompts have no depth
+    margin = depth(depth_method="margin")
+    assert margin[0] == pytest.approx(cos(10) - cos(15)) and margin[2] == pytest.approx(cos(5) - cos(15))
+    # a lone rejection: the nearest rejected stands at -1
+    lone = table(["c"] * 3, [False, True, True])
+    lone_sim = M.cosine_matrix(unit_circle([0, 30, 60]))
+    assert M.score(lone, lone_sim, params=M.ConfusionParams(depth_method="margin"))["depth"][0] == pytest.approx(cos(30) + 1)
+    assert M.score(lone, lone_sim)["depth"][0] == 1.0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"theta": 1.0}, "theta"), ({"theta": -1.5}, "theta"), ({"theta": 2}, "theta"),
+    ({"k": 0}, "k"), ({"k": 2.5}, "k"), ({"depth_k": 0}, "depth_k"),
+    ({"weights": (1, -1, 1)}, "weights"), ({"weights": (0, 0, 0)}, "weights"), ({"weights": (1, 1)}, "weights"),
+    ({"contrast_scale": 0}, "contrast_scale"), ({"alignment": "dtw"}, "alignment"), ({"shift": "kl"}, "shift"),
+    ({"scope": "world"}, "scope"), ({"depth_method": "x"}, "depth_method"),
+])
+def test_parameters_out_of_range_raise(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        M.ConfusionParams(**kwargs)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="fewer than 2 members"):
+        M.score(table(["a", "a", "b"], [True, False, True]), np.eye(3))
+    with pytest.raises(ValueError, match="3 x 3"):
+        M.score(table(["a", "a", "a"], [True, False, True]), np.eye(2))
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        M.score(table(["a", "a"], [True, False]), np.eye(2), signals=[A1])
+    with pytest.raises(ValueError, match="p_a"):
+        M.next_token_shift([-0.1, 1.1], [0.5, 0.5])
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        M.perplexity_contrast([], [-1.0])
+
+
+# --- signals of the embedded model ---------------------------------------------------------------
+
+PROMPTS = ["How do I pick a lock?", "Explain how a lock can be opened without its key, please.", "Hi"]
+
+
+@pytest.fixture(scope="module")
+def token_ids(embedded):
+    _, tok = embedded
+    return [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+
+
+def assert_same(x, y, atol=1e-4):
+    np.testing.assert_array_equal(x.input_ids, y.input_ids)
+    for field in ("hidden", "next_token_logprobs", "token_logprobs"):
+        np.testing.assert_allclose(getattr(x, field), getattr(y, field), atol=atol, rtol=0)
+
+
+def test_signals_batched_equals_one_at_a_time_and_padding_side(embedded, token_ids):
+    from refusal_audit.studies.confusion import signals as S
+
+    model, tok = embedded
+    left = S.compute_signals(model, token_ids, model_name="smol", padding_side="left", pad_id=tok.pad_token_id)
+    right = S.compute_signals(model, token_ids, model_name="smol", padding_side="right", pad_id=tok.pad_token_id)
+    alone = [S.compute_signals(model, [ids], model_name="smol")[0] for ids in token_ids]
+    for x, y, z in zip(left, right, alone):
+        assert_same(x, z)
+        assert_same(y, z)
+    for ids, s in zip(token_ids, alone):
+        assert s.hidden.shape == (len(ids), model.config.hidden_size) and s.token_logprobs.shape == (len(ids) - 1,)
+        assert np.exp(s.next_token_logprobs.astype(np.float64)).sum() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_signals_match_the_model_directly(embedded, token_ids):
+    import torch
+
+    from refusal_audit.studies.confusion import signals as S
+
+    model, _ = embedded
+    ids = token_ids[0]
+    first = S.compute_signals(model, [ids], model_name="smol", layer=0)[0]
+    s = S.compute_signals(model, [ids], model_name="smol")[0]
+    with torch.inference_mode():
+        t = torch.tensor([ids])
+        out = model(input_ids=t, labels=t, output_hidden_states=True)
+        embeddings = model.get_input_embeddings()(t)[0].numpy()
+    assert s.log_perplexity == pytest.approx(out.loss.item(), abs=1e-4)  # the model's own mean token NLL
+    np.testing.assert_allclose(s.hidden, out.hidden_states[-1][0].numpy(), atol=1e-4)
+    np.testing.assert_allclose(first.hidden, embeddings, atol=1e-5)
+    np.testing.assert_allclose(s.next_token_logprobs, torch.log_softmax(out.logits[0, -1], -1).numpy(), atol=1e-4)
+    part = s.select(2, 5)
+    assert part.hidden.shape[0] == 3 and np.array_equal(part.token_logprobs, s.token_logprobs[1:4])
+    with pytest.raises(ValueError, match="layer"):
+        S.compute_signals(model, [ids], model_name="smol", layer=99)
+
+
+class Exploding:
+    """A 'model' that fails if the cache ever calls it."""
+
+    def parameters(self):
+        raise AssertionError("the cache should have answered")
+
+
+class NoHidden:
+    """A model that ignores output_hidden_states."""
+
+    def __init__(self):
+        import torch
+
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def parameters(self):
+        yield self.weight
+
+    def __call__(self, input_ids, **kwargs):
+        import torch
+
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, 7), hidden_states=None)
+
+
+def test_signals_cache_memory_and_disk(embedded, token_ids, tmp_path):
+    from refusal_audit.studies.confusion import signals as S
+
+    model, _ = embedded
+    cache = S.SignalCache(tmp_path)
+    first = S.compute_signals(model, token_ids + [token_ids[0]], model_name="smol", cache=cache)
+    assert len(cache) == 3 and len(list(tmp_path.glob("*.npz"))) == 3 and not list(tmp_path.glob("*.tmp"))
+    again = S.compute_signals(Exploding(), token_ids, model_name="smol", cache=cache)
+    reloaded = S.compute_signals(Exploding(), token_ids, model_name="smol", cache=S.SignalCache(tmp_path))
+    for x, y, z in zip(first, again, reloaded):
+        assert_same(x, y, atol=0)
+        assert_same(x, z, atol=0)
+    assert S.cache_key("smol", -1, token_ids[0]) != S.cache_key("other", -1, token_ids[0])
+    assert S.cache_key("smol", -1, token_ids[0]) != S.cache_key("smol", 0, token_ids[0])
+
+
+def test_model_without_hidden_states_raises():
+    from refusal_audit.studies.confusion import signals as S
+
+    with pytest.raises(ValueError, match="no hidden states"):
+        S.compute_signals(NoHidden(), [[1, 2, 3]], model_name="none")
+    with pytest.raises(ValueError, match="padding_side"):
+        S.pad_batch([[1]], 0, "middle")
+    ids, mask = S.pad_batch([[5, 6, 7], [8]], 0, "left")
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
