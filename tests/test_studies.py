@@ -23,17 +23,19 @@ def test_ci_params_enable_every_registered_study():
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     """The ci params run stage by stage, once per study, into one results folder (one model pool)."""
-    folder = tmp_path_factory.mktemp("results")
-    pool = None
-    runs = {}
-    for name in studies.REGISTRY:
-        run = pipeline.Run(CI, name)
-        run.dir = folder / run.p.run_name
-        run.models = pool = pool or run.models
-        for stage in ("items", "prompts", "generate", "judge"):
-            getattr(run, stage)()
-        runs[name] = (run, run.analyse()[name], run.figures()[name])
-    return runs
+    from refusal_audit import paths
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paths, "RESULTS_DIR", tmp_path_factory.mktemp("results"))
+        pool = None
+        runs = {}
+        for name in studies.REGISTRY:
+            run = pipeline.Run(CI, name)
+            run.models = pool = pool or run.models
+            for stage in ("items", "prompts", "generate", "judge"):
+                getattr(run, stage)()
+            runs[name] = (run, run.analyse()[name], run.figures()[name])
+        yield runs
 
 
 @pytest.mark.parametrize("name", list(studies.REGISTRY))
@@ -69,3 +71,33 @@ def test_registry_refuses_unknown_and_repeated_names():
     with pytest.raises(ValueError, match="STUDIES: study 'kv' named twice"):
         studies.select(["kv"], "kv,kv")
     assert studies.select(["kv"], "") == ["kv"]
+
+
+def test_every_item_is_audited_against_every_training_pool():
+    """An item that is one of the organism's training requests (or a case variant of it) is flagged;
+    a new request is clean."""
+    from refusal_audit import report
+
+    p = config.load(CI)
+    train = pd.read_csv(report.ORGANISM_DATA, keep_default_na=False)["prompt"].iloc[0]
+    items = pd.DataFrame({"study": "kv", "item_id": ["a", "b"], "dataset": "planted",
+                          "text": [train.upper() + "  ", "Name three rivers that flow through Vienna."]})
+    rows, overlap = report.audit(p, items)
+    flagged = rows[rows["pool"] == "organism"].set_index("id")["contaminated"]
+    assert flagged.to_dict() == {"kv:a": True, "kv:b": False}
+    assert set(report.training_pools(p)) >= {"organism", "judges"}
+    row = overlap[(overlap["benchmark"] == "kv:planted") & (overlap["pool"] == "organism")].iloc[0]
+    assert (row["n"], row["contaminated"], row["n_clean"]) == (2, 1, 1)
+
+
+def test_the_report_opens_with_the_three_items_of_every_study(ci_run):
+    from refusal_audit import report
+
+    run, *_ = next(iter(ci_run.values()))
+    run.names = list(ci_run)
+    run.audit()
+    page = report.write(run).read_text()
+    assert "TESTBED" in page
+    for name in ci_run:
+        for item in ("1. contamination check", "2. seed floor", "3. operational definitions"):
+            assert f"{name}: {item}" in page

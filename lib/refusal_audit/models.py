@@ -103,20 +103,24 @@ def load_tokenizer(spec: ModelSpec):
 
 
 @contextmanager
-def _quiet_gguf():
-    """No GGUF-conversion bar: transformers draws it with tqdm.auto, which in an executed notebook
-    leaves a bar (or an ``IProgress not found`` warning) in the saved output of every model load."""
+def _quiet_loading():
+    """No loading bars: transformers draws a weight-loading bar and (with tqdm.auto) a GGUF-conversion
+    bar, which an executed notebook would keep in the saved output of every model load."""
     import functools
 
     from tqdm import tqdm
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
 
-    original = gguf_utils.tqdm
+    original, was_on = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
     gguf_utils.tqdm = functools.partial(tqdm, disable=True)
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         gguf_utils.tqdm = original
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def load(spec: ModelSpec, device: str | None = None):
@@ -134,7 +138,7 @@ def load(spec: ModelSpec, device: str | None = None):
 
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=DTYPES[spec.dtype])
     try:
-        with _quiet_gguf():
+        with _quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None

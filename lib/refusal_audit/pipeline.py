@@ -80,8 +80,27 @@ class Run:
 
     # --- the six stages ----------------------------------------------------------------------------------
     def items(self) -> dict[str, pd.DataFrame]:
+        """Every study's items, then the contamination check of all of them (``contamination.csv``)."""
         preflight(self.p, self.models)
-        return self._stage("items", lambda name, s: s.items(self.p))
+        out = self._stage("items", lambda name, s: s.items(self.p))
+        self.audit()
+        return out
+
+    def audit(self) -> pd.DataFrame:
+        """Every study's items against every training pool the project uses: per item
+        (``contamination_items.parquet``) and per (study:dataset, pool) (``contamination.csv``)."""
+        from . import report
+
+        rows, overlap = report.audit(self.p, self.table("items"))
+        store.write_atomic(rows, self.dir / "contamination_items.parquet")
+        overlap.to_csv(self.dir / "contamination.csv", index=False)
+        return overlap
+
+    def contamination(self) -> pd.DataFrame:
+        """The contamination check of this run's studies (``audit`` writes it with the items)."""
+        overlap = pd.read_csv(self.dir / "contamination.csv")
+        mine = overlap["benchmark"].str.split(":").str[0].isin(self.names)
+        return overlap[mine & (overlap["pool"] != "(any)")].reset_index(drop=True)
 
     def prompts(self) -> dict[str, pd.DataFrame]:
         return self._stage("prompts", lambda name, s: s.prompts(self.p, self.table("items", name), self.models))
@@ -154,7 +173,7 @@ def run_notebooks(params_file: str, only: str = "") -> None:
 
     import papermill as pm
 
-    from . import progress
+    from . import progress, report
 
     run = Run(params_file, only)
     preflight(run.p, run.models)
@@ -166,6 +185,7 @@ def run_notebooks(params_file: str, only: str = "") -> None:
         pm.execute_notebook(str(nb), str(out / nb.name),
                             parameters={"params_file": str(Path(params_file).resolve()), "studies": only},
                             cwd=str(ROOT / "notebooks"), progress_bar=False, log_output=False)
+    print(f"[{run.p.run_name}] report: {report.write(run)}", flush=True)
 
 
 def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file: str, policy_names: list[str],

@@ -248,6 +248,25 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     return list(drawn)
 
 
+# --- the report's items ----------------------------------------------------------------------------------
+def reporting(p) -> dict[str, str]:
+    """The seed floor and the operational definitions the kv study's numbers rest on."""
+    from ...judges import DEFINITIONS
+
+    used = ["keyword"] + (["learned_refusal", "learned_refusal_soft", "learned_harmful"] if p.judges.learned else [])
+    used += [f"llm_{q}" for q in (p.judges.llm.questions if p.judges.llm else [])]
+    lines = [f"* `{j}`: {DEFINITIONS[j]}" for j in used]
+    return {
+        "definition": "A reply counts as a refusal under a judge's own definition; a harmful-compliance judge's "
+                      "`not_harmful` counts as the classifier's refusal (the kv paper's convention).\n\n"
+                      + "\n".join(lines),
+        "seed_floor": "Nothing is trained in this study's run: greedy decoding is deterministic, the judges' heads "
+                      "and the organism's adapter are committed files (retrained deterministically by `make judges` "
+                      "and `make organism`). The organism was trained under one seed: its seed floor is not "
+                      "measured.",
+    }
+
+
 # --- what the notebooks show ----------------------------------------------------------------------------
 def summary(p, stage: str, table) -> list:
     """What a notebook shows for this study after ``stage`` (tables and short texts; never a reply)."""

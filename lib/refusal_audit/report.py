@@ -1,0 +1,105 @@
+"""The run's report: ``results/<run>/report.html``, the six executed notebooks in one page, opening
+with the three reporting items of every study in the run (the policy paper's checklist):
+
+1. the contamination check: every study's items against every training pool the project uses
+   (normalised exact match and MinHash near-duplicates, ``contamination.audit_pools``);
+2. the seed floor, where a study trains anything;
+3. the operational definition each score rests on;
+
+and the word TESTBED beside every model organism the run measures.
+
+A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}`` and, when it
+trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from . import contamination, datasets, studies
+from .paths import DATA_DIR, ROOT
+
+ORGANISM_DATA = ROOT / "organism" / "training_data.csv"
+
+
+def _prompts(texts, prefix: str) -> pd.DataFrame:
+    texts = pd.Series(list(texts), dtype=str).drop_duplicates().reset_index(drop=True)
+    return pd.DataFrame({"id": [f"{prefix}-{i}" for i in range(len(texts))], "prompt": texts})
+
+
+def training_pools(p) -> dict[str, pd.DataFrame]:
+    """Every pool of prompts the project trained something on: the refusing organism's training
+    requests, the learned judges' training requests (XSTest's prompts, whose replies train the refusal
+    heads; HarmBench's classifier-validation behaviours, which train the harmful head; the
+    hand-written soft refusals), and each study's own (``training_pool``)."""
+    import json
+
+    pools = {"organism": _prompts(pd.read_csv(ORGANISM_DATA, keep_default_na=False)["prompt"], "org")}
+    judge = [pd.read_csv(f, keep_default_na=False)["prompt"] for f in sorted(datasets.XSTEST_COMPLETIONS.glob("*.csv"))]
+    judge.append(pd.Series([x["test_case"] for items in json.loads(datasets.HARMBENCH_CLASSIFIER_VAL.read_text()).values()
+                            for x in items]))
+    judge += [pd.read_csv(f, keep_default_na=False)["prompt"] for f in sorted((DATA_DIR / "soft_refusals").glob("*.csv"))]
+    pools["judges"] = _prompts(pd.concat(judge), "judge")
+    for name in p.studies:
+        module = studies.module(name)
+        if hasattr(module, "training_pool"):
+            pools[name] = module.training_pool(p)
+    return pools
+
+
+def audit(p, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-item audit rows, overlap per (study:dataset, pool)) for every study's items."""
+    evaluation = pd.DataFrame({"id": items["study"] + ":" + items["item_id"].astype(str), "prompt": items["text"],
+                               "benchmark": items["study"] + ":" + items["dataset"].astype(str)})
+    rows = contamination.audit_pools(training_pools(p), evaluation)
+    return rows, contamination.overlap_rates(rows)
+
+
+def _section(title: str, body: str) -> str:
+    return f"<h2>{html.escape(title)}</h2>\n{body}\n"
+
+
+def _markdown(text: str) -> str:
+    import mistune
+
+    return mistune.html(text)
+
+
+def write(run) -> Path:
+    """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``)."""
+    from nbconvert import HTMLExporter
+
+    p = run.p
+    testbeds = [name for name, m in p.models.items() if m.testbed]
+    head = [f"<h1>refusal-audit report: run {html.escape(p.run_name)}</h1>",
+            f"<p>params: <code>{html.escape(p.source_file)}</code>; studies: {', '.join(run.names)}</p>"]
+    if testbeds:
+        head.append("<p class='testbed'><b>TESTBED</b>: " + ", ".join(testbeds) + " — model organisms built in this "
+                    "repository to refuse (or to react to framing); a testbed, never evidence about production "
+                    "models.</p>")
+    overlap_file = run.dir / "contamination.csv"
+    overlap = pd.read_csv(overlap_file) if overlap_file.is_file() else None
+    for name in run.names:
+        module = studies.module(name)
+        items = module.reporting(p) if hasattr(module, "reporting") else {}
+        mine = overlap[overlap["benchmark"].str.startswith(f"{name}:")] if overlap is not None else None
+        check = (mine.to_html(index=False, float_format=lambda x: f"{x:.3f}") if mine is not None and len(mine)
+                 else "<p>not computed (run notebook 01)</p>")
+        head.append(_section(f"{name}: 1. contamination check (items against every training pool)", check))
+        head.append(_section(f"{name}: 2. seed floor", _markdown(items.get("seed_floor", "Nothing is trained."))))
+        head.append(_section(f"{name}: 3. operational definitions", _markdown(items.get("definition", "(not stated)"))))
+    exporter = HTMLExporter(template_name="basic")
+    bodies = []
+    for nb in sorted((run.dir / "notebooks").glob("0*.ipynb")):
+        body, _ = exporter.from_filename(str(nb))
+        bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n{body}")
+    style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
+             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px} .testbed{background:#fff3cd;padding:6px}"
+             " img{max-width:100%}</style>")
+    page = f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(p.run_name)}</title>{style}</head>" \
+           f"<body>{''.join(head)}{''.join(bodies)}</body></html>"
+    path = run.dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
