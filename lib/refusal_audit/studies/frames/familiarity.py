@@ -1,0 +1,59 @@
+"""Familiarity of an item to a model (the contamination covariate, shared/seeds/001 section 4.4).
+
+Min-K% Prob (Shi et al. 2023, "Detecting Pretraining Data from Large Language Models",
+arXiv:2310.16789): the mean of the k % lowest token log-probabilities the model gives the text,
+``MinK(x) = 1/|S| sum_{i in S} log p(x_i | x_<i)`` with S the ceil(k |x|) tokens of lowest
+log-probability (tokens after the first; the text alone, no chat template). Higher = more familiar
+(the paper's detector calls a text seen when MinK is above a threshold). Per item, the mean over its
+paraphrase bodies; the lexical half (overlap with the project's training pools) comes from
+``contamination.audit_pool``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+
+def token_logprobs(model, tokenizer, text: str) -> np.ndarray:
+    """log p(x_i | x_<i) for every token of ``text`` after the first."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) < 2:
+        raise ValueError(f"familiarity: text too short to score ({len(ids)} token): {text[:40]!r}")
+    with torch.no_grad():
+        logits = model(torch.tensor([ids], device=model.device)).logits[0, :-1].float()
+    lp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:], device=logits.device)[:, None])[:, 0]
+    return lp.cpu().numpy()
+
+
+def min_k_prob(logprobs: np.ndarray, k: float = 0.2) -> float:
+    """Mean of the ceil(k n) lowest values (at least one)."""
+    if not 0 < k <= 1:
+        raise ValueError(f"min_k_prob: k must be in (0, 1], got {k}")
+    m = max(1, math.ceil(k * len(logprobs)))
+    return float(np.sort(np.asarray(logprobs, dtype=float))[:m].mean())
+
+
+def scores(model, tokenizer, bodies: pd.DataFrame, k: float = 0.2) -> pd.DataFrame:
+    """``bodies``: item_id, paraphrase, body -> one row per body with ``min_k``."""
+    return bodies.assign(min_k=[min_k_prob(token_logprobs(model, tokenizer, b), k) for b in bodies["body"]])
+
+
+def lexical_overlap(items: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per item: the largest MinHash-checked shingle Jaccard of either request with any training pool
+    row, and whether it is a near or exact duplicate (``contamination.audit_pool``)."""
+    from ... import contamination
+
+    ev = pd.concat([pd.DataFrame({"id": items["item_id"] + "|" + r, "prompt": items[f"request_{r.lower()}"]})
+                    for r in ("A", "B")], ignore_index=True)
+    if not pools:
+        return pd.DataFrame({"item_id": items["item_id"], "overlap_jaccard": 0.0, "overlap_contaminated": False,
+                             "overlap_pools": ""})
+    audit = contamination.audit_pools(pools, ev)
+    audit["item_id"] = audit["id"].str.split("|").str[0]
+    g = audit.groupby("item_id")
+    return pd.DataFrame({"overlap_jaccard": g["jaccard"].max().fillna(0.0),
+                         "overlap_contaminated": g["contaminated"].any(),
+                         "overlap_pools": ",".join(pools)}).reset_index()
