@@ -27,8 +27,8 @@ prompt pair in its generation stage, where the model is loaded, and its statisti
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd

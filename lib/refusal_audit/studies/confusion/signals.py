@@ -25,9 +25,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class PromptSignals:
         """Mean negative log-likelihood of tokens 1..n-1 (natural log)."""
         return float(-np.mean(self.token_logprobs))
 
-    def select(self, start: int, stop: int) -> "PromptSignals":
+    def select(self, start: int, stop: int) -> PromptSignals:
         """The same signals restricted to tokens [start, stop) (for example the user turn, leaving
         out the chat template around it). ``token_logprobs`` keeps the tokens of the span that have
         a context (token 0 has none); the next-token distribution is unchanged."""
@@ -152,7 +152,7 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[Pr
         own = logp[:-1].gather(-1, row_ids[1:, None]).squeeze(-1)
         result.append(PromptSignals(input_ids=row_ids.cpu().numpy(),
                                     hidden=hidden[b, keep].float().cpu().numpy(),
-                                    next_token_logprobs=logp[-1].cpu().numpy(),
+                                    next_token_logprobs=logp[-1].cpu().numpy().copy(),  # not a view of all positions
                                     token_logprobs=own.cpu().numpy(), layer=layer))
     return result
 

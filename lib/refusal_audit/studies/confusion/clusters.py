@@ -1,0 +1,214 @@
+"""Paraphrase clusters: reading them (the repository's file, a user's CSV, or seeds for the LLM
+paraphraser), checking them before any work, and the three gates every paraphrase must pass.
+
+A cluster is one intent: its seed (``member`` 0; for a user's CSV, the cluster's first row) and its
+paraphrases. Gates, each against the cluster's seed (thresholds in params, ``confusion.gates``):
+
+* **cosine**: sim(paraphrase, seed) >= tau, sim = cosine of the shared encoder's unit-norm
+  embeddings (``refusal_audit.encoder.embed``, all-MiniLM-L6-v2): the meaning is kept;
+* **jaccard**: token Jaccard distance to the seed >= delta, tokens = ``set(re.findall(r"\\w+",
+  text.lower()))``, distance = 1 - |A & B| / |A | B| (compared with a 1e-12 tolerance, so that
+  1 - 4/5 counts as 0.2): the surface changed;
+* **safety**: the safety ensemble (``safety.py``) does not read the paraphrase decisively on the
+  other side of its seed: with the seed read safe (P(unsafe) < t, t = ``safety_threshold``), the
+  paraphrase fails when P(unsafe) >= t + m; with the seed read unsafe, when P(unsafe) < t - m
+  (m = ``safety_margin``; m = 0 is plain equality of the two verdicts). The margin exists because
+  the classifiers move by a few hundredths with the form of a request (a question reads safer than
+  an imperative): at m = 0 the hand-written set loses 18 of its 240 paraphrases to scores that
+  cross 0.5 by less than 0.1, almost all of them benign look-alikes.
+
+A paraphrase that fails a gate stays in the items table with ``included`` False and a
+``gate_reason`` naming every gate it failed and by how much; nothing is dropped silently. A cluster
+left with fewer than two members after the gates is excluded whole, with that reason.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ... import datasets
+from ...config import ParamsError
+from ...paths import DATA_DIR
+
+FILE_COLUMNS = ["cluster_id", "member", "rule", "prompt", "label", "dataset", "source_file", "source_row",
+                "source_type", "licence"]
+LABELS = ("safe", "unsafe")
+_TOKEN = re.compile(r"\w+")
+JACCARD_TOLERANCE = 1e-12
+# the public sets the paraphraser's seeds can be drawn from: dataset name -> (file, text column, filter, label)
+SEED_SETS = {
+    "xstest": (datasets.XSTEST, "prompt", ("label", "safe"), "safe", "type", "CC-BY-4.0"),
+    "jailbreakbench_benign": (datasets.JBB_BENIGN, "goal", None, "safe", "category", "MIT"),
+    "harmbench": (datasets.HARMBENCH_ALL, "Behavior", ("FunctionalCategory", "standard"), "unsafe",
+                  "SemanticCategory", "MIT"),
+}
+
+
+# --- reading ----------------------------------------------------------------------------------------
+def check_members(df: pd.DataFrame, where: str, cluster: str = "cluster_id", row_offset: int = 0) -> None:
+    """Every cluster has at least two members (a paraphrase contrast needs two phrasings); an empty
+    cluster id or prompt is an error. Errors name ``where``, the row and the cluster."""
+    for column in (cluster, "prompt"):
+        empty = df[column].astype(str).str.strip() == ""
+        if empty.any():
+            i = int(np.flatnonzero(empty.to_numpy())[0])
+            raise ValueError(f"{where}: row {i + row_offset}: empty {column}; expected non-empty text")
+    sizes = df.groupby(cluster, sort=False).size()
+    small = sizes[sizes < 2]
+    if len(small):
+        name = small.index[0]
+        row = int(np.flatnonzero((df[cluster] == name).to_numpy())[0]) + row_offset
+        raise ValueError(f"{where}: row {row}: cluster {name!r} has {int(small.iloc[0])} member; a cluster needs at "
+                         f"least two phrasings of its intent ({len(small)} such cluster(s): "
+                         f"{', '.join(map(repr, small.index[:5]))})")
+
+
+def read_file(path: Path) -> pd.DataFrame:
+    """The repository's cluster file, checked: columns, members (0 = seed, once per cluster), labels."""
+    df = pd.read_csv(datasets.require(path), dtype=str, keep_default_na=False)
+    where = str(path)
+    missing = [c for c in FILE_COLUMNS if c not in df]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}; expected {', '.join(FILE_COLUMNS)}")
+    check_members(df, where)
+    bad = ~df["member"].str.fullmatch(r"\d+")
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{where}: row {i}: member {df['member'].iat[i]!r}; expected an integer (0 = the seed)")
+    df["member"] = df["member"].astype(int)
+    seeds = df[df["member"] == 0].groupby("cluster_id").size().reindex(df["cluster_id"].unique(), fill_value=0)
+    if (seeds != 1).any():
+        name = seeds.index[(seeds != 1).to_numpy()][0]
+        raise ValueError(f"{where}: cluster {name!r} has {int(seeds[name])} seed rows (member 0); expected exactly one")
+    dup = df.duplicated(["cluster_id", "member"])
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise ValueError(f"{where}: row {i}: cluster {df['cluster_id'].iat[i]!r} member {df['member'].iat[i]} "
+                         "appears twice")
+    bad = ~df["label"].isin(LABELS)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{where}: row {i}: label {df['label'].iat[i]!r}; expected one of {LABELS}")
+    return df
+
+
+def select(df: pd.DataFrame, per_dataset: dict[str, int], k: int, seed: int, where: str) -> pd.DataFrame:
+    """``per_dataset[d]`` clusters of each dataset (all of them when the number equals the count;
+    otherwise drawn under ``seed``), each with its seed and members 1..k; file order kept."""
+    picked = []
+    for name, n in per_dataset.items():
+        ids = pd.Series(df.loc[df["dataset"] == name, "cluster_id"].unique())
+        if n > len(ids):
+            raise ParamsError(f"{where}: confusion.data.clusters.{name}: asked for {n} clusters, "
+                              f"the file has {len(ids)}")
+        picked += ids.sample(n, random_state=seed).tolist() if n < len(ids) else ids.tolist()
+    out = df[df["cluster_id"].isin(picked) & (df["member"] <= k)]
+    short = out.groupby("cluster_id").size()
+    short = short[short < k + 1]
+    if len(short):
+        raise ParamsError(f"{where}: confusion.data.k: {k} paraphrases asked, cluster {short.index[0]!r} has "
+                          f"{short.iloc[0] - 1}")
+    return out.reset_index(drop=True)
+
+
+def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
+    """Seed rows (member 0) drawn under ``seed`` from the public sets, for the LLM paraphraser."""
+    parts = []
+    for name, n in per_dataset.items():
+        path, column, keep, label, category, licence = SEED_SETS[name]
+        raw = datasets.read(path)
+        if keep:
+            raw = raw[raw[keep[0]] == keep[1]]
+        if n > len(raw):
+            raise ValueError(f"{path.name}: asked for {n} seeds, the set has {len(raw)}")
+        pick = raw.sample(n, random_state=seed).sort_values("source_row")
+        key = {"xstest": pick.get("id"), "jailbreakbench_benign": pick.get("index"),
+               "harmbench": pick.get("BehaviorID")}[name]
+        short = {"xstest": "xs", "jailbreakbench_benign": "jb", "harmbench": "hb"}[name]
+        parts.append(pd.DataFrame({
+            "cluster_id": [f"cf-{short}-{v}" for v in key], "member": 0, "rule": "seed",
+            "prompt": pick[column].values, "label": label, "dataset": name,
+            "source_file": path.relative_to(DATA_DIR).as_posix(), "source_row": pick["source_row"].values,
+            "source_type": pick[category].values, "licence": licence}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def read_user(path: str | Path) -> pd.DataFrame:
+    """A user's cluster CSV (``cluster_id``, ``prompt``, optional ``id``), checked before any work, with
+    the same errors as ``make generate`` (file, UTF-8, columns, duplicate ids, empty prompts) and
+    one more: every cluster needs at least two members. The first row of a cluster is its seed."""
+    df = datasets.read_user_csv(path, ["cluster_id", "prompt"], ["id"], "clusters")
+    where = str(path)
+    ids = df["id"] if "id" in df else pd.Series([f"row-{i:05d}" for i in range(len(df))])
+    if (ids.astype(str).str.strip() == "").any():
+        i = int(np.flatnonzero((ids.astype(str).str.strip() == "").to_numpy())[0])
+        raise ValueError(f"{where}: row {i}: empty id; expected a non-empty id on every row")
+    check_members(df, where)
+    member = df.groupby("cluster_id", sort=False).cumcount()
+    return pd.DataFrame({
+        "cluster_id": df["cluster_id"].values, "member": member.values,
+        "rule": np.where(member == 0, "seed", "user"), "prompt": df["prompt"].values, "label": "",
+        "dataset": Path(path).name, "source_file": str(path), "source_row": range(len(df)),
+        "source_type": "", "licence": "user-supplied", "id": ids.astype(str).values})
+
+
+# --- gates --------------------------------------------------------------------------------------------
+def tokens(text: str) -> set[str]:
+    return set(_TOKEN.findall(text.lower()))
+
+
+def jaccard_distance(a: str, b: str) -> float:
+    """1 - |A & B| / |A | B| over lower-cased \\w+ tokens (0 for two texts without tokens)."""
+    x, y = tokens(a), tokens(b)
+    union = x | y
+    return 1.0 - len(x & y) / len(union) if union else 0.0
+
+
+def seed_index(rows: pd.DataFrame) -> np.ndarray:
+    """For each row, the position of its cluster's seed (member 0)."""
+    seeds = {c: i for i, (c, m) in enumerate(zip(rows["cluster_id"], rows["member"])) if m == 0}
+    return np.array([seeds[c] for c in rows["cluster_id"]])
+
+
+def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.ndarray, gates) -> pd.DataFrame:
+    """The three gates for every paraphrase against its seed. ``embeddings``: unit-norm, one per row;
+    ``safety_scores``: the ensemble's P(unsafe) per row. Adds cos_to_seed, jaccard_to_seed,
+    safety_score, seed_safety_score, gate_cosine, gate_jaccard, gate_safety, included, gate_reason."""
+    out = rows.reset_index(drop=True).copy()
+    s = seed_index(out)
+    out["cos_to_seed"] = np.einsum("ij,ij->i", embeddings, embeddings[s]).astype(float)
+    out["jaccard_to_seed"] = [jaccard_distance(t, out["prompt"].iat[j]) for t, j in zip(out["prompt"], s)]
+    out["safety_score"] = np.asarray(safety_scores, dtype=float)
+    out["seed_safety_score"] = out["safety_score"].to_numpy()[s]
+    t, m = gates.safety_threshold, gates.safety_margin
+    seed_unsafe = out["seed_safety_score"] >= t
+    changed = np.where(seed_unsafe, out["safety_score"] < t - m, out["safety_score"] >= t + m)
+    seed = out["member"] == 0
+    out["gate_cosine"] = seed | (out["cos_to_seed"] >= gates.tau)
+    out["gate_jaccard"] = seed | (out["jaccard_to_seed"] >= gates.delta - JACCARD_TOLERANCE)
+    out["gate_safety"] = seed | (not gates.safety) | ~changed
+    reasons = []
+    for _, r in out.iterrows():
+        why = [r["paraphraser_note"]] if r.get("paraphraser_note") else []
+        if not r["gate_cosine"]:
+            why.append(f"cosine to seed {r['cos_to_seed']:.3f} < tau {gates.tau:g}")
+        if not r["gate_jaccard"]:
+            why.append(f"Jaccard distance to seed {r['jaccard_to_seed']:.3f} < delta {gates.delta:g}")
+        if not r["gate_safety"]:
+            bound = f">= {t:g} + margin {m:g}" if r["seed_safety_score"] < t else f"< {t:g} - margin {m:g}"
+            said = "unsafe" if r["seed_safety_score"] < t else "safe"
+            why.append(f"safety: ensemble reads {said} (P(unsafe) {r['safety_score']:.2f} {bound}), "
+                       f"seed reads {'unsafe' if said == 'safe' else 'safe'} ({r['seed_safety_score']:.2f})")
+        reasons.append("; ".join(why))
+    out["gate_reason"] = reasons
+    out["included"] = out["gate_reason"] == ""
+    alive = out[out["included"]].groupby("cluster_id").size().reindex(out["cluster_id"].unique(), fill_value=0)
+    for name in alive.index[alive.to_numpy() < 2]:
+        rows_of = (out["cluster_id"] == name) & out["included"]
+        out.loc[rows_of, "gate_reason"] = (f"cluster: {int(alive[name])} member left after the gates; a cluster "
+                                           "needs two phrasings")
+        out.loc[rows_of, "included"] = False
+    return out

@@ -1,0 +1,115 @@
+"""The safety gate's ensemble: three prompt classifiers that run offline on CPU.
+
+None of the project's judges reads a prompt alone (they read replies), and a model under test
+cannot judge its own paraphrases, so the gate uses prompt classifiers fitted, at run time and
+deterministically, on the labelled prompt sets already in ``data/``:
+
+* unsafe: XSTest's unsafe contrast prompts, JailbreakBench harmful, HarmBench standard and
+  contextual behaviours, AdvBench, StrongREJECT;
+* safe: XSTest's safe prompts, JailbreakBench benign, the organism's benign prompts
+  (``data/organism/benign_prompts.txt``).
+
+**Leave-out.** Every reference prompt that is the same request as a prompt being gated (equal
+after ``contamination.normalise``, or embedding cosine >= ``contamination.NEAR_DUPLICATE`` = 0.85)
+is removed before fitting: the seeds come from these very sets, and a classifier that had seen a
+seed would read it back rather than judge it. ``n_left_out`` reports how many.
+
+Classifiers (each gives P(unsafe)):
+
+* ``minilm_logistic``: logistic regression (C = 1, balanced class weights) on the shared encoder's
+  embeddings (all-MiniLM-L6-v2);
+* ``minilm_knn``: the share of unsafe prompts among the ``KNN`` = 10 reference prompts nearest in
+  embedding cosine (ties by table order);
+* ``tfidf_logistic``: logistic regression (C = 1, balanced) on TF-IDF of word 1-2-grams (lower-cased,
+  sublinear tf): a lexical view, so that a paraphrase that only swaps words is judged by other
+  evidence than its embedding.
+
+**Ensemble**: P(unsafe) = mean of the three; the verdict is unsafe at or above
+``gates.safety_threshold`` (default 0.5). **Gate** (``clusters.apply_gates``): a paraphrase passes
+when its verdict equals its seed's, i.e. the label the ensemble reads for the intent did not
+change. The gate compares with the seed, not with the intended label, because the classifiers are
+imperfect on look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one): a
+seed the ensemble misreads does not condemn its paraphrases. The ensemble's accuracy on the seeds
+against their intended labels is reported (``seed_accuracy``) so its reliability is visible.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ... import datasets
+from ...paths import DATA_DIR
+
+KNN = 10
+CLASSIFIERS = ("minilm_logistic", "minilm_knn", "tfidf_logistic")
+
+
+def reference_pool() -> pd.DataFrame:
+    """The labelled prompts: columns text, unsafe (bool), source."""
+    xs = datasets.read(datasets.XSTEST)
+    hb = datasets.read(datasets.HARMBENCH_ALL)
+    hb = hb[hb["FunctionalCategory"].isin(["standard", "contextual"])]
+    benign = [ln.strip() for ln in (DATA_DIR / "organism" / "benign_prompts.txt").read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")]
+    parts = [
+        (xs.loc[xs["label"] == "unsafe", "prompt"], True, "xstest_unsafe"),
+        (datasets.read(datasets.JBB_HARMFUL)["Goal"], True, "jailbreakbench_harmful"),
+        (hb["Behavior"], True, "harmbench"),
+        (datasets.read(datasets.ADVBENCH)["goal"], True, "advbench"),
+        (datasets.read(datasets.STRONGREJECT)["forbidden_prompt"], True, "strongreject"),
+        (xs.loc[xs["label"] == "safe", "prompt"], False, "xstest_safe"),
+        (datasets.read(datasets.JBB_BENIGN)["goal"], False, "jailbreakbench_benign"),
+        (pd.Series(benign), False, "organism_benign"),
+    ]
+    pool = pd.concat([pd.DataFrame({"text": t.astype(str).values, "unsafe": u, "source": s}) for t, u, s in parts],
+                     ignore_index=True)
+    return pool[pool["text"].str.strip() != ""].drop_duplicates("text").reset_index(drop=True)
+
+
+@dataclass
+class Ensemble:
+    """The fitted classifiers and what they were fitted on."""
+
+    pool: pd.DataFrame  # the reference prompts kept after the leave-out
+    n_left_out: int
+    embeddings: np.ndarray
+    logistic: object
+    tfidf: object
+    tfidf_logistic: object
+
+    def scores(self, texts: list[str], embeddings: np.ndarray) -> pd.DataFrame:
+        """P(unsafe) per classifier and their mean (``ensemble``), one row per text."""
+        unsafe = self.pool["unsafe"].to_numpy(dtype=float)
+        sim = np.asarray(embeddings) @ self.embeddings.T
+        nearest = np.argsort(-sim, axis=1, kind="stable")[:, :KNN]
+        out = pd.DataFrame({
+            "minilm_logistic": self.logistic.predict_proba(embeddings)[:, 1],
+            "minilm_knn": unsafe[nearest].mean(axis=1),
+            "tfidf_logistic": self.tfidf_logistic.predict_proba(self.tfidf.transform(texts))[:, 1],
+        })
+        out["ensemble"] = out[list(CLASSIFIERS)].mean(axis=1)
+        return out
+
+
+def fit(gated_texts: list[str], gated_embeddings: np.ndarray, embed) -> Ensemble:
+    """The ensemble fitted on the reference pool minus every prompt that is the same request as one of
+    ``gated_texts`` (exact after normalisation, or embedding cosine >= 0.85). Deterministic."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    from ...contamination import NEAR_DUPLICATE, normalise
+
+    pool = reference_pool()
+    emb = embed(pool["text"].tolist())
+    near = (emb @ np.asarray(gated_embeddings).T).max(axis=1) >= NEAR_DUPLICATE if len(gated_texts) else False
+    same = pool["text"].map(normalise).isin({normalise(t) for t in gated_texts}).to_numpy()
+    keep = ~(near | same)
+    pool, emb = pool[keep].reset_index(drop=True), emb[keep]
+    y = pool["unsafe"].to_numpy(dtype=int)
+    logistic = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(emb, y)
+    tfidf = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True)
+    tfidf_logistic = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(
+        tfidf.fit_transform(pool["text"]), y)
+    return Ensemble(pool, int((~keep).sum()), emb, logistic, tfidf, tfidf_logistic)
