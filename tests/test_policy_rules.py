@@ -149,3 +149,18 @@ def test_definitions_md_matches_the_rules_and_the_data(data_pool):
         "DEFINITIONS.md is out of date: run python -m refusal_audit.studies.policy.rules"
     for q in (P.POLICY_A.question, P.POLICY_B.question):
         assert q in text
+
+
+def test_the_policy_study_pool_with_simplesafetytests_and_moderation_is_labelled_in_full():
+    """The two sets copied into data/ for the policy study: every row labelled, every rule used, the
+    disagreement DEFINITIONS.md states (303 of 3,663; 188 of the moderation set's 1,680)."""
+    got = P.apply_policies(P.build_pool(include=P.DEFAULT_DATASETS + ("simplesafetytests", "openai_moderation")))
+    assert len(got) == 3663 and got["item_id"].is_unique
+    assert int((got["label_a"] != got["label_b"]).sum()) == 303
+    mod = got[got["dataset"] == "openai_moderation"]
+    assert len(mod) == 1680 and int((mod["label_a"] != mod["label_b"]).sum()) == 188
+    sst = got[got["dataset"] == "simplesafetytests"]
+    assert len(sst) == 100 and (sst["label_a"] == "HARMFUL").all() and (sst["label_b"] == "HARMFUL").all()
+    for policy in P.POLICIES:
+        used = set(got[f"rule_{policy.key}"])
+        assert all(policy.rule_id(i) in used for i in range(len(policy.rules))), policy.name
