@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge audit judges judges-llm organism check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism check install clean-ci
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -56,6 +56,10 @@ judge: $(VENV)/.installed
 # (normalised exact match and MinHash near-duplicates) -> results/<RUN>/contamination/
 audit: $(VENV)/.installed
 	$(PY) -m refusal_audit audit --pool "$(POOL)" --eval "$(EVAL)" --run "$(RUN)"
+
+# make confusion CLUSTERS=file.csv MODEL=name RUN=name: the confusion study on your own paraphrase clusters
+confusion: $(VENV)/.installed
+	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --model "$(MODEL)" --run "$(RUN)" --params $(PARAMS)
 
 # Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~7 minutes).
 judges: $(VENV)/.installed

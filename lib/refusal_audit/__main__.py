@@ -1,4 +1,4 @@
-"""Command line: ``python -m refusal_audit {check,run,generate,judge,audit} ...`` (driven by the Makefile)."""
+"""Command line: ``python -m refusal_audit {check,run,generate,judge,audit,confusion} ...`` (driven by the Makefile)."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--run", required=True)
     a.add_argument("--threshold", type=float, default=0.7, help="near-duplicate: character 3-gram Jaccard >= this")
     a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
+    k = sub.add_parser("confusion", help="the confusion study on your own clusters (CSV: cluster_id, prompt[, id])")
+    k.add_argument("--clusters", required=True)
+    k.add_argument("--model", required=True, help="a model name from params, a Hugging Face id, or a local path")
+    k.add_argument("--run", required=True)
+    k.add_argument("--params", default="params/default.yaml")
     args = ap.parse_args(argv)
 
     from . import pipeline  # heavy imports only after the arguments parse
@@ -55,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             out = audit_files(args.pool, args.eval, run_dir(args.run) / "contamination", threshold=args.threshold,
                               semantic=args.semantic)
             print("wrote " + ", ".join(str(p) for p in out.values()))
+        elif args.cmd == "confusion":
+            from .studies.confusion import run_user_clusters
+
+            print(f"wrote {run_user_clusters(args.clusters, args.model, args.run, args.params)}")
         elif args.cmd == "judge":
             out = pipeline.judge_user(args.replies, args.run, args.params)
             print(f"wrote {out}")

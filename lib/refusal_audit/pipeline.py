@@ -21,8 +21,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
 TABLES = {"items": "items", "prompts": "prompts", "generate": "generations", "judge": "judgments"}
 
 
-def preflight(p: config.Params, pool: models.Pool | None = None) -> None:
-    """Everything that can be checked without model weights: stops before any work, naming what is wrong."""
+def preflight(p: config.Params, pool: models.Pool | None = None, names: list[str] | None = None) -> None:
+    """Everything that can be checked without model weights (for the studies ``names``, default all):
+    stops before any work, naming what is wrong."""
     for name, m in p.models.items():
         try:
             models.resolve(m.source)
@@ -33,7 +34,7 @@ def preflight(p: config.Params, pool: models.Pool | None = None) -> None:
             raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
     judges.KeywordJudge(p.judges.keyword.list_name, p.judges.keyword.match, p.judges.keyword.casefold)
     pool = pool or models.Pool(p.models)
-    for name in p.studies:
+    for name in p.studies if names is None else names:
         studies.module(name).preflight(p, pool)
 
 
@@ -81,7 +82,7 @@ class Run:
     # --- the six stages ----------------------------------------------------------------------------------
     def items(self) -> dict[str, pd.DataFrame]:
         """Every study's items, then the contamination check of all of them (``contamination.csv``)."""
-        preflight(self.p, self.models)
+        preflight(self.p, self.models, self.names)
         out = self._stage("items", lambda name, s: s.items(self.p))
         self.audit()
         return out
@@ -176,7 +177,7 @@ def run_notebooks(params_file: str, only: str = "") -> None:
     from . import progress, report
 
     run = Run(params_file, only)
-    preflight(run.p, run.models)
+    preflight(run.p, run.models, run.names)
     out = run.dir / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
     os.environ[progress.ENV] = f"/proc/{os.getpid()}/fd/2"

@@ -50,7 +50,9 @@ def training_pools(p) -> dict[str, pd.DataFrame]:
 
 
 def audit(p, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-item audit rows, overlap per (study:dataset, pool)) for every study's items."""
+    """(per-item audit rows, overlap per (study:dataset, pool)) for every study's evaluation items
+    (a study's own training rows, ``role == "train"``, are its pool, not items to audit)."""
+    items = items[items["role"] != "train"] if "role" in items else items
     evaluation = pd.DataFrame({"id": items["study"] + ":" + items["item_id"].astype(str), "prompt": items["text"],
                                "benchmark": items["study"] + ":" + items["dataset"].astype(str)})
     rows = contamination.audit_pools(training_pools(p), evaluation)

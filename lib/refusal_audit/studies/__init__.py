@@ -24,6 +24,9 @@ def register(name: str, module_path: str) -> None:
 
 
 register("kv", "refusal_audit.studies.kv")
+register("frames", "refusal_audit.studies.frames")
+register("confusion", "refusal_audit.studies.confusion")
+register("policy", "refusal_audit.studies.policy")
 
 
 def module(name: str) -> ModuleType:
