@@ -166,10 +166,10 @@ def _model_config(models, name: str):
     try:
         where = model_lib.resolve(models.spec(name).source)
         return AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
-    except (OSError, FileNotFoundError, ValueError):
+    except (OSError, ValueError) as e:  # FileNotFoundError is an OSError
         if getattr(models, "missing_ok", False):
             return None
-        raise
+        raise FileNotFoundError(f"model {name!r}: cannot read its config offline ({e})") from None
 
 
 def preflight(p, models) -> None:
@@ -280,6 +280,9 @@ def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
 
     c = p.studies[NAME]
     included = items[items["included"].astype(bool)]
+    if included.empty:
+        raise ValueError(f"{p.source_file}: confusion: no prompt passed the gates (every cluster was left with fewer "
+                         "than two members); the items table's gate_reason says why for each row")
     system = c.system_prompt or None
     parts = []
     for name in c.models:
@@ -523,13 +526,13 @@ def run_user_clusters(clusters_csv: str, model_name: str, run_name: str, params_
     preflight(p, pool)
     folder = run_dir(run_name)
     items_ = build_items(p, rows)
+    store.write_atomic(items_, folder / "items.parquet")
     built = prompts(p, items_, pool)
     gens = generate(p, built, pool, store.ShardStore(folder / "shards" / "generations"))
     judged = judge(p, gens, pool, folder)
     cp = confusion_params(p.studies[NAME])
     per_prompt, per_cluster = analysis.score_decisions(items_, analysis.decisions(gens, judged),
                                                        analysis.pair_table(gens), cp)
-    store.write_atomic(items_, folder / "items.parquet")
     store.write_atomic(gens, folder / "generations.parquet")
     store.write_atomic(judged, folder / "judgments.parquet")
     base = items_[["item_id", "cluster", "member", "text", "included", "gate_reason", "cos_to_seed",
@@ -539,7 +542,7 @@ def run_user_clusters(clusters_csv: str, model_name: str, run_name: str, params_
                    "contrast", "depth"]
     scored = (per_prompt[metric_cols].rename(columns={"item_id": "id"}) if len(per_prompt)
               else pd.DataFrame(columns=[c if c != "item_id" else "id" for c in metric_cols]))
-    table = base.merge(scored, on="id", how="left")
+    table = base.merge(scored, on="id", how="left").astype({"n_events": "Int64", "confused": "boolean"})
     table["decision"] = np.select([~table["included"], table["accepted"].isna(), table["accepted"] == True],
                                   ["EXCLUDED", "UNDECIDED", "ACCEPT"], "REJECT")
     table.drop(columns=["accepted"]).to_csv(folder / "confusion_prompts.csv", index=False)
