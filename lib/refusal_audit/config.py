@@ -139,6 +139,14 @@ def need(ok: bool, where: str, key: str, expected: str, got) -> None:
         raise ParamsError(f"{where}: {key}: expected {expected}, got {got!r}")
 
 
+def need_models(p: "Params", where: str, key: str, names: list[str]) -> None:
+    """A study's list of models: non-empty, without repeats, each named under ``models``."""
+    need(bool(names) and len(set(names)) == len(names), where, key, "a non-empty list of model names without repeats",
+         names)
+    for i, m in enumerate(names):
+        need(m in p.models, where, f"{key}[{i}]", f"a model named under models ({sorted(p.models)})", m)
+
+
 def _check(p: Params, where: str) -> None:
     """Run-level constraints that types cannot say (each study checks its own section)."""
     need(bool(p.run_name) and "/" not in p.run_name, where, "run_name", "a non-empty name without '/'", p.run_name)

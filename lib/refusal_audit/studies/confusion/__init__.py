@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ... import judges, store
-from ...config import ParamsError, need
+from ...config import ParamsError, need, need_models
 from ...paths import DATA_DIR
 from . import analysis
 from . import clusters as cl
@@ -118,10 +118,7 @@ def decision_judges(p) -> list[str]:
 def check(p, where: str) -> None:
     """The confusion section's constraints (no files, no models)."""
     c = p.studies[NAME]
-    need(bool(c.models) and len(set(c.models)) == len(c.models), where, "confusion.models",
-         "a non-empty list of model names without repeats", c.models)
-    for i, m in enumerate(c.models):
-        need(m in p.models, where, f"confusion.models[{i}]", f"a model named under models ({sorted(p.models)})", m)
+    need_models(p, where, "confusion.models", c.models)
     allowed = refusal_judges(p)
     need(len(set(c.judges)) == len(c.judges), where, "confusion.judges", "a list without repeats", c.judges)
     for i, j in enumerate(c.judges):

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ... import datasets, generation, judges, retention, store
-from ...config import ParamsError, need
+from ...config import ParamsError, need, need_models
 from ...paths import DATA_DIR
 from ...prompts import build_prompts
 from . import figures as frames_figures  # imported before the stage function `figures` shadows the name
@@ -72,10 +72,7 @@ def reference(fr: Params) -> str:
 
 def check(p, where: str) -> None:
     fr = p.studies[NAME]
-    need(bool(fr.models) and len(set(fr.models)) == len(fr.models), where, "frames.models",
-         "a non-empty list of model names without repeats", fr.models)
-    for i, m in enumerate(fr.models):
-        need(m in p.models, where, f"frames.models[{i}]", f"a model named under models ({sorted(p.models)})", m)
+    need_models(p, where, "frames.models", fr.models)
     need(reference(fr) in p.models, where, "frames.reference_model", "a model named under models", fr.reference_model)
     need(fr.data.per_stratum >= 1, where, "frames.data.per_stratum", "an integer >= 1", fr.data.per_stratum)
     need(bool(fr.data.strata) and set(fr.data.strata) <= set(STRATA), where, "frames.data.strata",
