@@ -110,3 +110,49 @@ def test_llm_judges_are_off_unless_named_and_their_questions_checked(tmp_path):
         config.load(write(tmp_path, bad))
     with pytest.raises(config.ParamsError, match=r"generation\.batch_rows: expected an integer >= 1"):
         config.load(write(tmp_path, minimal(generation={"batch_rows": 0})))
+
+
+# --- generation.batch_rows: auto, the run's device, GPU-only settings ------------------------------------------
+def test_batch_rows_auto_and_device_are_checked(tmp_path):
+    p = config.load(write(tmp_path, minimal(generation={"batch_rows": "auto"}, device="cpu")))
+    assert p.generation.batch_rows == "auto" and p.device == "cpu"
+    assert config.load(write(tmp_path, minimal())).device == "auto"
+    for bad in ("fast", 0, True, 2.5):
+        with pytest.raises(config.ParamsError, match="x.yaml: generation.batch_rows: expected an integer >= 1 or auto"):
+            config.load(write(tmp_path, minimal(generation={"batch_rows": bad})))
+    with pytest.raises(config.ParamsError, match="x.yaml: device: expected one of auto, cpu, cuda, got 'gpu'"):
+        config.load(write(tmp_path, minimal(device="gpu")))
+
+
+@pytest.mark.parametrize("spec, key", [({"quantization": "bnb-4bit"}, "quantization: bnb-4bit"),
+                                       ({"quantization": "awq", "dtype": "float16"}, "quantization: awq"),
+                                       ({"dtype": "float16"}, "dtype: float16")])
+def test_gpu_only_settings_stop_a_run_at_once_and_are_notes_to_check(tmp_path, spec, key):
+    """On a machine without CUDA (device: cpu stands for one here) the run's preflight stops before any work,
+    naming the file and the key; `make check` (a pool that may lack things) passes with a note."""
+    from refusal_audit import models, pipeline
+
+    raw = minimal(device="cpu")
+    raw["models"]["m"].update(spec)
+    p = config.load(write(tmp_path, raw))
+    with pytest.raises(RuntimeError, match=f"x.yaml: models.m.{key} needs a CUDA GPU; the run's device is cpu"):
+        pipeline.preflight(p, models.Pool(p.models, device=p.device))
+    pool = models.Pool(p.models, missing_ok=True, device=p.device)
+    pipeline.preflight(p, pool)
+    assert f"models.m.{key} needs CUDA (not on this machine)" in pool.notes
+
+
+def test_a_gpu_only_params_file_stops_make_all_before_any_work(tmp_path, monkeypatch, capsys):
+    from refusal_audit import __main__ as cli, paths, pipeline
+
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(pipeline, "run_dir", lambda name: tmp_path / "results" / name)
+    raw = minimal(device="cpu")
+    raw["models"]["m"]["quantization"] = "bnb-4bit"
+    path = write(tmp_path, raw)
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}: models.m.quantization: bnb-4bit needs a CUDA GPU" in err
+    assert not (tmp_path / "results").exists()
+    assert cli.main(["check", str(path)]) == 0
+    assert "note: models.m.quantization: bnb-4bit needs CUDA (not on this machine)" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Command line: ``python -m refusal_audit {check,run,generate,judge,audit,confusion} ...`` (driven by the Makefile)."""
+"""Command line: ``python -m refusal_audit {check,plan,run,generate,judge,audit,confusion} ...`` (driven by the Makefile)."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="validate a params file and its inputs; no work is done")
     c.add_argument("params")
+    pl = sub.add_parser("plan", help="the grid of a params file per study and model, and an estimate of its cost")
+    pl.add_argument("params")
+    pl.add_argument("--gpu", default="h100", help="the accelerator of the GPU-hours estimate (see plan.GPUS)")
     r = sub.add_parser("run", help="check, then execute the numbered notebooks into results/<run_name>/")
     r.add_argument("params")
     r.add_argument("--studies", default="", help="a subset of the params file's studies, e.g. kv,frames (default: all)")
@@ -44,9 +47,19 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.time()
     try:
-        if args.cmd == "check":
-            pipeline.preflight(config.load(args.params))
-            print(f"{args.params}: ok")
+        if args.cmd == "check":  # for the machine the file is meant for: what this one lacks is a note
+            from . import models
+
+            p = config.load(args.params)
+            pool = models.Pool(p.models, missing_ok=True, device=p.device)
+            pipeline.preflight(p, pool)
+            for note in dict.fromkeys(pool.notes):
+                print(f"{args.params}: note: {note}")
+            print(f"{args.params}: ok" + (" (on a machine with what the notes name)" if pool.notes else ""))
+        elif args.cmd == "plan":
+            from . import plan
+
+            print(plan.report(config.load(args.params), args.gpu))
         elif args.cmd == "run":
             pipeline.run_notebooks(args.params, args.studies)
         elif args.cmd == "generate":

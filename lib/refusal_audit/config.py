@@ -66,7 +66,21 @@ class StatsParams:
 class GenerationParams:
     """The engine's settings, shared by every study that generates."""
 
-    batch_rows: int = 32  # rows (prompt x policy x decoding) decoded together; memory grows with it
+    # rows (prompt x policy x decoding) decoded together; memory grows with it. An integer >= 1, or
+    # "auto": chosen per model from free accelerator memory (or RAM) and its KV-cache bytes per row
+    # (generation.resolve_batch_rows)
+    batch_rows: object = 32
+
+
+@dataclass
+class ExecutorParams:
+    """Where generation runs: ``local`` (this process) or ``ray`` (one Ray task per group of prompts
+    sharing a prefix, one GPU each where the cluster has GPUs, one CPU otherwise; see executor.py)."""
+
+    kind: str = "local"  # local | ray
+    address: str | None = None  # ray: a cluster address; else RAY_ADDRESS; else a local instance
+    num_workers: int | None = None  # ray: prompt groups per model call (default: the cluster's GPUs, else CPUs)
+    max_retries: int = 3  # ray: reruns of a group whose worker died (finished shards are kept)
 
 
 @dataclass
@@ -77,9 +91,11 @@ class Params:
     models: dict[str, ModelSpec]
     seed: int = 0
     publish_figures: bool = False  # also write figures into the repository's figures/
+    device: str = "auto"  # auto (CUDA when present, else CPU) | cpu | cuda: where models are loaded
     judges: JudgeParams = field(default_factory=JudgeParams)
     stats: StatsParams = field(default_factory=StatsParams)
     generation: GenerationParams = field(default_factory=GenerationParams)
+    executor: ExecutorParams = field(default_factory=ExecutorParams)
     studies: dict[str, object] = field(default_factory=dict, metadata={"internal": True})
     source_file: str = field(default="<dict>", metadata={"internal": True})
 
@@ -166,7 +182,20 @@ def _check(p: Params, where: str) -> None:
              "judges.llm.questions", "a non-empty list without repeats", p.judges.llm.questions)
     need(0 < p.stats.alpha < 1, where, "stats.alpha", "a number in (0, 1)", p.stats.alpha)
     need(p.stats.n_bootstrap >= 100, where, "stats.n_bootstrap", "an integer >= 100", p.stats.n_bootstrap)
-    need(p.generation.batch_rows >= 1, where, "generation.batch_rows", "an integer >= 1", p.generation.batch_rows)
+    b = p.generation.batch_rows
+    need(b == "auto" or isinstance(b, int) and not isinstance(b, bool) and b >= 1, where, "generation.batch_rows",
+         "an integer >= 1 or auto", b)
+    need(p.device in ("auto", "cpu", "cuda"), where, "device", "one of auto, cpu, cuda", p.device)
+    ex = p.executor
+    need(ex.kind in ("local", "ray"), where, "executor.kind", "local or ray", ex.kind)
+    if ex.kind == "ray":
+        import importlib.util
+
+        need(importlib.util.find_spec("ray") is not None, where, "executor.kind",
+             "ray installed (pip install -e '.[cluster]')", ex.kind)
+    need(ex.num_workers is None or ex.num_workers >= 1, where, "executor.num_workers", "an integer >= 1",
+         ex.num_workers)
+    need(ex.max_retries >= 0, where, "executor.max_retries", "an integer >= 0", ex.max_retries)
 
 
 def from_dict(raw: dict, where: str = "<dict>") -> Params:

