@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism check install clean-ci
+.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -17,6 +17,12 @@ all: $(VENV)/.installed
 
 check: $(VENV)/.installed
 	$(PY) -m refusal_audit check $(PARAMS)
+
+# make plan [PARAMS=params/x.yaml] [GPU=h100]: the grid of a params file and an ESTIMATE of its cost
+# (CPU-hours on this machine's measured throughput, GPU-hours on GPU); nothing is loaded or generated
+GPU ?= h100
+plan: $(VENV)/.installed
+	$(PY) -m refusal_audit plan $(PARAMS) --gpu $(GPU)
 
 install: $(VENV)/.installed
 
@@ -70,6 +76,11 @@ judges-llm: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train --llm
 
 # Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
-# (~25 minutes) and evaluate it beside the plain model (organism/evaluation.csv).
+# and evaluate it beside the plain model (organism/evaluation.csv).
 organism: $(VENV)/.installed
 	$(PY) -m refusal_audit.organism_build
+
+# Build the frames study's positive control (a testbed: refuses non-harmful requests under the
+# evaluation frame only) and evaluate it per frame (organism/frame_control/evaluation.csv).
+frame-control: $(VENV)/.installed
+	$(PY) -m refusal_audit.studies.frames.control

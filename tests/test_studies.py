@@ -20,24 +20,6 @@ def test_ci_params_enable_every_registered_study():
     assert list(config.load(CI).studies) == list(studies.REGISTRY)
 
 
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory):
-    """The ci params run stage by stage, once per study, into one results folder (one model pool)."""
-    from refusal_audit import paths
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(paths, "RESULTS_DIR", tmp_path_factory.mktemp("results"))
-        pool = None
-        runs = {}
-        for name in studies.REGISTRY:
-            run = pipeline.Run(CI, name)
-            run.models = pool = pool or run.models
-            for stage in ("items", "prompts", "generate", "judge"):
-                getattr(run, stage)()
-            runs[name] = (run, run.analyse()[name], run.figures()[name])
-        yield runs
-
-
 @pytest.mark.parametrize("name", list(studies.REGISTRY))
 def test_every_study_runs_end_to_end(ci_run, name):
     run, tables, figures = ci_run[name]
@@ -101,3 +83,39 @@ def test_the_report_opens_with_the_three_items_of_every_study(ci_run):
     for name in ci_run:
         for item in ("1. contamination check", "2. seed floor", "3. operational definitions"):
             assert f"{name}: {item}" in page
+
+
+def test_statistics_use_the_decontaminated_items(ci_run):
+    """A planted audit hit takes its item's whole unit (a confusion cluster) out of every statistic; a
+    hit in a pool the study does not rest on (the judges', instruments here) takes nothing out; a dataset
+    whose every unit is hit is reported as excluded and the rest is still analysed."""
+    run, *_ = ci_run["confusion"]
+    path = run.dir / "contamination_items.parquet"
+    original = pd.read_parquet(path)
+    items = run.table("items", "confusion")
+    assert run.study("confusion").audited_pools(run.p) == ["organism"]
+    assert run.study("kv").audited_pools(run.p) == ["organism", "judges"]
+    xs_cluster = items.loc[items["dataset"] == "xstest", "cluster"].iloc[0]
+    one_member = items.loc[(items["cluster"] == xs_cluster) & (items["member"] == 1), "item_id"].iloc[0]
+    benign = items.loc[items["dataset"] == "jailbreakbench_benign", "item_id"]
+    other_pool = items.loc[items["dataset"] == "harmbench", "item_id"].iloc[0]
+    hits = {f"confusion:{i}": "organism" for i in [one_member, *benign]} | {f"confusion:{other_pool}": "judges"}
+    planted = original.assign(contaminated=False)  # only the planted hits
+    for item, pool in hits.items():
+        planted.loc[(planted["id"] == item) & (planted["pool"] == pool), "contaminated"] = True
+    try:
+        planted.to_parquet(path)
+        kept, table = run.decontaminated("confusion")
+        gone = set(items["item_id"]) - set(kept["item_id"])
+        expected = set(items.loc[(items["cluster"] == xs_cluster) | (items["dataset"] == "jailbreakbench_benign"),
+                                 "item_id"])
+        assert gone == expected and other_pool in set(kept["item_id"])
+        status = table.set_index("dataset")["status"]
+        assert status["jailbreakbench_benign"] == "excluded: entirely contaminated"
+        assert status["xstest"] == status["harmbench"] == "used"
+        stats = run.analyse()["confusion"]
+        assert not set(stats["prompts"]["item_id"]) & gone
+        assert stats["decontamination"].set_index("dataset").loc["xstest", "excluded"] == (items["cluster"] == xs_cluster).sum()
+    finally:
+        original.to_parquet(path)
+        run.analyse()  # the shared run's statistics as they were

@@ -24,16 +24,9 @@ TABLES = {"items": "items", "prompts": "prompts", "generate": "generations", "ju
 def preflight(p: config.Params, pool: models.Pool | None = None, names: list[str] | None = None) -> None:
     """Everything that can be checked without model weights (for the studies ``names``, default all):
     stops before any work, naming what is wrong."""
-    for name, m in p.models.items():
-        try:
-            models.resolve(m.source)
-            models.check_runnable(m, models.default_device())
-        except (FileNotFoundError, RuntimeError) as e:
-            raise type(e)(f"{p.source_file}: models.{name}.source: {e}") from None
-        if m.adapter and not (ROOT / m.adapter).is_dir():
-            raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
+    pool = pool or models.Pool(p.models, device=p.device)
+    models.check_models(p, pool)  # sources, GPU-only settings on this machine, adapters
     judges.KeywordJudge(p.judges.keyword.list_name, p.judges.keyword.match, p.judges.keyword.casefold)
-    pool = pool or models.Pool(p.models)
     for name in p.studies if names is None else names:
         studies.module(name).preflight(p, pool)
 
@@ -45,7 +38,7 @@ class Run:
         path = Path(params_file)
         self.p = config.load(path if path.is_absolute() or path.exists() else ROOT / path)
         self.names = studies.select(list(self.p.studies), only)
-        self.models = models.Pool(self.p.models)
+        self.models = models.Pool(self.p.models, device=self.p.device)
         self.dir = run_dir(self.p.run_name)
 
     def __repr__(self) -> str:
@@ -115,11 +108,47 @@ class Run:
         return self._stage("judge", lambda name, s: s.judge(self.p, self.table("generations", name), self.models,
                                                             self.dir))
 
+    def decontaminated(self, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(the study's items without contaminated ones, the exclusion per dataset). An item is
+        contaminated when the audit (``contamination_items.parquet``) finds it, exactly or nearly, in a
+        pool the study's scores rest on (``audited_pools``: the organism's training requests when it
+        measures the organism, the learned judges' when it uses them); a study whose unit of analysis
+        groups items (``CONTAMINATION_UNIT``: a confusion cluster) loses the whole unit. A dataset
+        left with no item is reported as excluded, never divided by."""
+        from . import contamination
+
+        module, items = self.study(name), self.table("items", name)
+        pools = module.audited_pools(self.p)
+        rows = pd.read_parquet(self.dir / "contamination_items.parquet")
+        rows = rows[rows["pool"].isin(pools) & rows["id"].str.startswith(f"{name}:")]
+        audited = items[items["role"] != "train"]
+        evaluation = pd.DataFrame({"id": name + ":" + audited["item_id"].astype(str), "prompt": audited["text"]})
+        clean = contamination.decontaminate(evaluation, rows) if pools else evaluation
+        unit = getattr(module, "CONTAMINATION_UNIT", "item_id")
+        dirty_items = set(audited["item_id"][~evaluation["id"].isin(clean["id"]).to_numpy()])
+        dirty_units = set(items.loc[items["item_id"].isin(dirty_items), unit])
+        dropped = items[unit].isin(dirty_units) & (items["role"] != "train")
+        table = (audited.assign(excluded=dropped[audited.index], contaminated=audited["item_id"].isin(dirty_items))
+                 .groupby("dataset").agg(n_items=("item_id", "size"), contaminated=("contaminated", "sum"),
+                                         excluded=("excluded", "sum")).reset_index())
+        table["n_clean"] = table["n_items"] - table["excluded"]
+        table["status"] = table["n_clean"].map(lambda n: "excluded: entirely contaminated" if n == 0 else "used")
+        table["pools"] = ", ".join(pools) or "(the study audits its own rows)"
+        table["unit"] = unit
+        return items[~dropped].reset_index(drop=True), table
+
     def analyse(self) -> dict[str, dict[str, pd.DataFrame]]:
+        """Every study's statistics on its decontaminated items (``decontaminated``), with the
+        exclusion table as ``stats/<study>/decontamination.csv``."""
         out = {}
         for name in self.names:
-            tables = self.study(name).analyse(self.p, self.table("items", name), self.table("generations", name),
-                                              self.table("judgments", name))
+            items, excluded = self.decontaminated(name)
+            gens = self.table("generations", name)
+            out_ids = set(gens["generation_id"][~gens["item_id"].isin(set(items["item_id"])) & gens["item_id"].notna()])
+            gens = gens[~gens["generation_id"].isin(out_ids)].reset_index(drop=True)
+            judged = self.table("judgments", name)
+            judged = judged[~judged["generation_id"].isin(out_ids)].reset_index(drop=True)
+            tables = {**self.study(name).analyse(self.p, items, gens, judged), "decontamination": excluded}
             folder = self.dir / "stats" / name
             folder.mkdir(parents=True, exist_ok=True)
             for stem, df in tables.items():
@@ -143,6 +172,9 @@ class Run:
 
         for name, table in results.items():
             display(Markdown(f"### {name}"))
+            if stage == "analyse" and "decontamination" in table:
+                display(Markdown("Items left out of every statistic below as contaminated (found, exactly or "
+                                 "nearly, in a training pool the scores rest on):"), table["decontamination"])
             for thing in self.study(name).summary(self.p, stage, table):
                 display(Markdown(thing) if isinstance(thing, str) else thing)
 
@@ -193,7 +225,7 @@ def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file:
                   filler_tokens: int) -> Path:
     """``make generate``: replies to a user's prompts under the chosen retention policies (greedy), with
     the retention settings and ``max_new_tokens`` of the params file's kv section."""
-    from . import generation
+    from . import executor, generation
     from .prompts import build_prompts
     from .studies.kv import design
 
@@ -203,17 +235,16 @@ def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file:
                                  "and max_new_tokens from the kv section")
     kv = p.studies["kv"]
     items = datasets.read_user_prompts(prompts_csv)
-    pool = models.Pool(p.models)
+    pool = models.Pool(p.models, device=p.device)
     models.resolve(pool.spec(model_name).source)
     policy_list = [design.policy(kv, n) for n in policy_names]
-    model, tok = pool.load(model_name)
-    context = getattr(model.config, "max_position_embeddings", None)
+    tok, context = pool.tokenizer(model_name), pool.context_window(model_name)  # the model loads where it runs
     parts = [build_prompts(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
                            kv.max_new_tokens) for i in range(len(items))]
     prompts = pd.concat(parts, ignore_index=True).assign(prompt_id=items["item_id"].values)
     shards = store.ShardStore(run_dir(run_name) / "shards" / "generations")
-    gens = generation.run(model, tok, model_name, prompts, lambda row: policy_list, shards,
-                          [generation.Decoding(0.0, p.seed, kv.max_new_tokens)], batch_rows=p.generation.batch_rows)
+    gens = executor.generate(p, pool, model_name, prompts, lambda row: policy_list, shards,
+                             [generation.Decoding(0.0, p.seed, kv.max_new_tokens)])
     return store.write_atomic(gens, run_dir(run_name) / "generations.parquet")
 
 
@@ -243,7 +274,7 @@ def judge_user(replies_file: str, run_name: str, params_file: str) -> Path:
     """``make judge``: every configured judge on replies produced elsewhere, plus the agreement table."""
     p = config.load(params_file)
     replies = read_replies(replies_file)
-    out = judges.judge_replies(judges.build(p, models.Pool(p.models).load), replies)
+    out = judges.judge_replies(judges.build(p, models.Pool(p.models, device=p.device).load), replies)
     path = store.write_atomic(out, run_dir(run_name) / "judgments.parquet")
     judges.agreement(out).to_csv(run_dir(run_name) / "judge_agreement.csv", index=False)
     return path

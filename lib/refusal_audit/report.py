@@ -49,6 +49,16 @@ def training_pools(p) -> dict[str, pd.DataFrame]:
     return pools
 
 
+def pools_for(p, model_names: list[str], learned_judges: bool) -> list[str]:
+    """The training pools a study's scores rest on: the refusing organism's when one of
+    ``model_names`` is the organism, the learned judges' when the study's judges include them."""
+    from .organism import ADAPTER_DIR
+
+    organism = str(ADAPTER_DIR.relative_to(ROOT))
+    uses_organism = any(p.models[n].adapter == organism for n in model_names if n in p.models)
+    return (["organism"] if uses_organism else []) + (["judges"] if learned_judges else [])
+
+
 def audit(p, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-item audit rows, overlap per (study:dataset, pool)) for every study's evaluation items
     (a study's own training rows, ``role == "train"``, are its pool, not items to audit)."""

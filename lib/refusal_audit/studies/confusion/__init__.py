@@ -339,17 +339,16 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
 
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """Token signals of every prompt (all models first), then one greedy reply per prompt and model."""
-    from ... import generation, retention
+    from ... import executor, generation, retention
 
     c = p.studies[NAME]
     per_model = token_signals(p, prompts, models)
     full = [retention.make("full")]
     parts = []
     for name in c.models:
-        model, tok = models.load(name)
         rows = prompts[prompts["model"] == name]
-        gens = generation.run(model, tok, name, rows, lambda row: full, shards,
-                              [generation.Decoding(0.0, p.seed, c.max_new_tokens)], batch_rows=p.generation.batch_rows)
+        gens = executor.generate(p, models, name, rows, lambda row: full, shards,
+                                 [generation.Decoding(0.0, p.seed, c.max_new_tokens)])
         parts.append(gens.merge(per_model[name], on="prompt_id", how="left", validate="many_to_one"))
     return pd.concat(parts, ignore_index=True)
 
@@ -425,6 +424,18 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
 
 
 # --- the report's three items ---------------------------------------------------------------------------
+CONTAMINATION_UNIT = "cluster"  # one contaminated member takes its whole paraphrase cluster out
+
+
+def audited_pools(p) -> list[str]:
+    """Pools whose clusters are excluded before the statistics: the measured models' (the organism's,
+    when measured). The learned judges are instruments here (validated out of sample in 04); they
+    trained on replies to every XSTest prompt, so auditing their pool would drop every XSTest cluster."""
+    from ... import report
+
+    return report.pools_for(p, list(p.studies[NAME].models), learned_judges=False)
+
+
 def reporting(p) -> dict[str, str]:
     """The seed floor and the operational definitions the confusion study's numbers rest on."""
     from ...judges import DEFINITIONS
@@ -546,3 +557,28 @@ def run_user_clusters(clusters_csv: str, model_name: str, run_name: str, params_
     per_cluster.drop(columns=["label"], errors="ignore").rename(columns={"cluster": "cluster_id"}).to_csv(
         folder / "confusion_clusters.csv", index=False)
     return folder
+
+
+# --- make plan -----------------------------------------------------------------------------------------
+def plan(p) -> pd.DataFrame:
+    """The grid from params alone (the seed sets are read to count and measure prompts): the paraphraser's
+    k samples per seed (sets source), then per audited model one forward pass (token signals) and one
+    greedy reply per prompt, before the gates drop any (an upper bound); the LLM judge's passes."""
+    from ... import plan as P
+
+    c = p.studies[NAME]
+    seeds = seed_rows(p)
+    per = P.CHAT_OVERHEAD + P.tokens("x" * round(seeds["prompt"].astype(str).str.len().mean()))
+    rows = []
+    if c.data.source == "sets":
+        n = len(seeds) * (1 + c.data.k)
+        if c.paraphraser is not None:
+            rows.append(P.row(NAME, c.paraphraser.model, "paraphraser", len(seeds), 1, c.data.k, per + 60,
+                              c.paraphraser.max_new_tokens))
+    else:
+        n = len(seeds)
+    for m in c.models:
+        rows.append(P.row(NAME, m, "token signals", n, 1, 0, per, 0))
+        rows.append(P.row(NAME, m, "replies", n, 1, 1, per, c.max_new_tokens))
+    asked = [j[4:] for j in decision_judges(p) if j.startswith("llm_")]
+    return P.frame(rows + P.judge_rows(p, NAME, n * len(c.models), per, c.max_new_tokens, asked))

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import datasets, generation, judges, retention, store
+from ... import datasets, executor, generation, judges, retention, store
 from ...config import ParamsError, need, need_models
-from ...paths import DATA_DIR
+from ...paths import DATA_DIR, ROOT
 from ...prompts import build_prompts
 from . import figures as frames_figures  # imported before the stage function `figures` shadows the name
 from . import wrapper as W
@@ -239,9 +239,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     ref = reference(fr)
     ref_prompts = prompts[(prompts["model"] == (ref if ref in set(prompts["model"]) else fr.models[0]))
                           & (prompts["frame"] == fr.calibration_frame)]
-    model, tok = models.load(ref)
-    calib = generation.run(model, tok, ref, ref_prompts, lambda r: full, shards, [grid[0]],
-                           batch_rows=p.generation.batch_rows)
+    calib = executor.generate(p, models, ref, ref_prompts, lambda r: full, shards, [grid[0]])
     calib = calib.merge(ref_prompts[["prompt_id", "request"]].drop_duplicates("prompt_id"), on="prompt_id")
     verdicts = OutcomeJudge().judge_many(calib["request"].tolist(), calib["reply"].tolist())
     calib = calib.assign(label=[v[0] for v in verdicts])
@@ -253,7 +251,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
         b = prompts[prompts["model"] == m].drop_duplicates(["item_id", "paraphrase"])[["item_id", "paraphrase", "body"]]
         fam.append(familiarity.scores(model, tok, b, fr.min_k).assign(model=m))
         rows = prompts[(prompts["model"] == m) & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
-        parts.append(generation.run(model, tok, m, rows, lambda r: full, shards, grid, batch_rows=p.generation.batch_rows))
+        parts.append(executor.generate(p, models, m, rows, lambda r: full, shards, grid))
     fam = pd.concat(fam, ignore_index=True)
     store.write_atomic(fam, folder / f"{NAME}_familiarity.parquet")
     per_item = fam.groupby(["model", "item_id"], as_index=False)["min_k"].mean().rename(columns={"min_k": "familiarity"})
@@ -301,6 +299,27 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     for name, fig in drawn.items():
         save(fig, name, folders)
     return list(drawn)
+
+
+def audited_pools(p) -> list[str]:
+    """Pools whose items are excluded before the statistics: the measured models' (the organism's and
+    the positive control's, when measured). The judges are instruments here (validated out of sample in
+    04); they trained on replies to every XSTest prompt, so auditing their pool would drop the borderline stratum."""
+    from ... import report
+    from .control import ADAPTER
+
+    names = list(p.studies[NAME].models)
+    control = str(ADAPTER.relative_to(ROOT))
+    uses_control = any(p.models[n].adapter == control for n in names if n in p.models)
+    return report.pools_for(p, names, learned_judges=False) + ([NAME] if uses_control else [])
+
+
+def training_pool(p) -> pd.DataFrame:
+    """The positive control's training requests (``control.py``), before the frame wrapper."""
+    from .control import OUT
+
+    bases = pd.read_csv(OUT / "training_data.csv", keep_default_na=False)["base"].drop_duplicates()
+    return pd.DataFrame({"id": [f"frame-control-{i}" for i in range(len(bases))], "prompt": bases.to_numpy()})
 
 
 def reporting(p) -> dict[str, str]:
@@ -354,3 +373,28 @@ def summary(p, stage: str, table) -> list:
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+# --- make plan -----------------------------------------------------------------------------------------
+def plan(p) -> pd.DataFrame:
+    """The grid from params alone (the items file is read to count and measure items): per model, items x
+    paraphrases x frames prompts, each decoded under the whole grid; the reference model's calibration
+    pass when it is not one of the models (else its shards are the grid's T = 0 rows); the familiarity
+    pass (one forward pass per body)."""
+    from ... import plan as P
+
+    fr = p.studies[NAME]
+    it = items(p)
+    texts = pd.concat([it["paraphrase_a"], it["paraphrase_b"]]).astype(str)
+    body = P.tokens("x" * round(texts.str.len().mean()))  # the mean body, in tokens
+    frame_tokens = max(P.tokens(f) for f in fr.frames.values())
+    per = P.CHAT_OVERHEAD + P.tokens(fr.wrapper) + frame_tokens + body
+    decodes = len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
+    n = len(it) * len(PARAPHRASES)
+    rows = []
+    if reference(fr) not in fr.models:
+        rows.append(P.row(NAME, reference(fr), "calibration", n, 1, 1, per, fr.max_new_tokens))
+    for m in fr.models:
+        rows.append(P.row(NAME, m, "grid", n * len(fr.frames), 1, decodes, per, fr.max_new_tokens))
+        rows.append(P.row(NAME, m, "familiarity", n, 1, 0, body, 0))
+    return P.frame(rows)

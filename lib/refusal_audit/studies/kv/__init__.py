@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ... import datasets, generation, judges, store
+from ... import datasets, executor, generation, judges, store
 from ...config import ParamsError, need
 from ...prompts import build_prompts
 from . import analysis, design, figures as kv_figures
@@ -149,23 +149,22 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     """ONE prefill per prompt; every policy of its condition decodes greedily from its own copy of the
     cache. MMLU items are answered by the most likely letter after a cue, under the same retention."""
     kv = p.studies[NAME]
-    model, tokenizer = models.load(kv.model)
+    tokenizer = models.tokenizer(kv.model)  # the model itself loads where it runs (executor)
 
     def policies_of(row):
         return design.policies(kv, row["role"], int(row["filler_tokens"]), bool(row["system_prompt"]))
 
     harmful = prompts[prompts["role"] != "mmlu"]
     mmlu = prompts[prompts["role"] == "mmlu"]
-    context = getattr(model.config, "max_position_embeddings", None)
+    context = models.context_window(kv.model)
     generation.check_plan(harmful, policies_of, context, kv.max_new_tokens)  # both plans before any work
     generation.check_plan(mmlu, policies_of, context, 1)
     greedy = [generation.Decoding(0.0, p.seed, kv.max_new_tokens)]
-    parts = [generation.run(model, tokenizer, kv.model, harmful, policies_of, shards, greedy,
-                            batch_rows=p.generation.batch_rows)]
+    parts = [executor.generate(p, models, kv.model, harmful, policies_of, shards, greedy)]
     if len(mmlu):
         cue = tokenizer.encode(MMLU_CUE, add_special_tokens=False)
-        parts.append(generation.run(model, tokenizer, kv.model, mmlu, policies_of, shards, greedy,
-                                    answer_cue=(cue, ["A", "B", "C", "D"])))
+        parts.append(executor.generate(p, models, kv.model, mmlu, policies_of, shards, greedy,
+                                       answer_cue=(cue, ["A", "B", "C", "D"])))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -249,6 +248,14 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
 
 
 # --- the report's items ----------------------------------------------------------------------------------
+def audited_pools(p) -> list[str]:
+    """Pools whose items are excluded before the statistics: the organism's (when it is the model) and
+    the learned judges' (the kv study measures the monitors themselves)."""
+    from ... import report
+
+    return report.pools_for(p, [p.studies[NAME].model], learned_judges=True)
+
+
 def reporting(p) -> dict[str, str]:
     """The seed floor and the operational definitions the kv study's numbers rest on."""
     from ...judges import DEFINITIONS
@@ -300,3 +307,26 @@ def summary(p, stage: str, table) -> list:
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+# --- make plan -----------------------------------------------------------------------------------------
+def plan(p) -> pd.DataFrame:
+    """The grid from params alone: per condition, prompts x its policies x one greedy decoding (the
+    filler and system text, shared by a condition's prompts, prefilled once); the LLM judge's passes."""
+    from ... import plan as P
+
+    kv = p.studies[NAME]
+    d = kv.data
+    counts = {"harmful": d.n_harmful, "harmful_official": d.n_official, "mmlu": d.mmlu_per_subject * len(d.mmlu_subjects)}
+    query = {"harmful": 25, "harmful_official": 25, "mmlu": 120}  # tokens: a behaviour; a question and four options
+    rows, replies = [], 0
+    for c in design.conditions(kv, {role for role, n in counts.items() if n}):
+        shared = c.filler_tokens + (P.tokens(kv.system_prompt) if c.system_prompt else 0)
+        policies = design.policies(kv, c.role, c.filler_tokens, c.system_prompt)
+        new = 1 if c.role == "mmlu" else kv.max_new_tokens
+        part = f"{c.role} filler {c.filler_tokens}" + ("" if c.system_prompt else " no system")
+        r = P.row(NAME, kv.model, part, counts[c.role], len(policies), 1, P.CHAT_OVERHEAD + shared + query[c.role], new,
+                  shared)
+        rows.append(r)
+        replies += r["generations"] if c.role != "mmlu" else 0
+    return P.frame(rows + P.judge_rows(p, NAME, replies, query["harmful"], kv.max_new_tokens))

@@ -446,6 +446,13 @@ def training_pool(p) -> pd.DataFrame:
     return pd.DataFrame({"id": train["item_id"].to_numpy(), "prompt": train["prompt"].to_numpy()})
 
 
+def audited_pools(p) -> list[str]:
+    """None at the run level: the study audits every benchmark row against its own arms' training pool
+    (``design.clean_rows``) and scores clean rows only; it measures neither the organism nor the
+    learned judges."""
+    return []
+
+
 def reporting(p) -> dict[str, str]:
     """The operational definitions the policy study's scores rest on, and its seed floor (read from the
     run's ``stats/policy/sensitivity.csv`` when the run has one)."""
@@ -543,3 +550,22 @@ def summary(p, stage: str, table) -> list:
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+# --- make plan -----------------------------------------------------------------------------------------
+def plan(p) -> pd.DataFrame:
+    """The grid from params alone (the pool is read and split to count rows): each released guard on the
+    benchmark rows (before the contamination audit drops unclean ones: an upper bound), one greedy
+    verdict each. The arms train on CPU and are not in the grid."""
+    from ... import plan as P
+
+    s = p.studies[NAME]
+    bench = _pool(p)
+    bench = bench[bench["role"] == "benchmark"]
+    per = P.CHAT_OVERHEAD + 150 + P.tokens("x" * round(bench["prompt"].astype(str).str.len().mean()))  # + the policy
+    rows = []
+    for g in s.guards:
+        sizes = bench.groupby("benchmark").size()
+        n = int(sizes.clip(upper=g.per_benchmark).sum() if g.per_benchmark else sizes.sum())
+        rows.append(P.row(NAME, g.model, f"guard {g.convention}", n, 1, 1, per, g.max_new_tokens))
+    return P.frame(rows)
