@@ -111,8 +111,8 @@ class Run:
     def decontaminated(self, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(the study's items without contaminated ones, the exclusion per dataset). An item is
         contaminated when the audit (``contamination_items.parquet``) finds it, exactly or nearly, in a
-        pool the study's scores rest on (``audited_pools``: the organism's training requests when it
-        measures the organism, the learned judges' when it uses them); a study whose unit of analysis
+        pool the study's scores rest on (``audited_pools``: the training requests of the models it
+        measures; for kv, which measures the monitors, also the learned judges'); a study whose unit of analysis
         groups items (``CONTAMINATION_UNIT``: a confusion cluster) loses the whole unit. A dataset
         left with no item is reported as excluded, never divided by."""
         from . import contamination
