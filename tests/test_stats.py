@@ -486,3 +486,102 @@ def test_spearman_without_distinct_values_or_pairs_is_nan():
     assert got.n == 3 and got.rho == pytest.approx(0.5)
     with pytest.raises(ValueError):
         stats.spearman([1, 2, 3], [1, 2])
+
+
+# --- frames confirmatory analysis: linear contrasts, the declared family, the paraphrase-noise test ----
+
+
+def test_e_minus_d_contrast_equals_a_refit_with_reference_d_and_a_hand_contrast(pilot):
+    df, (beta, cov_lz, cov_md) = pilot
+    res = stats.fit_gee_logit(df, FORMULA, "item")
+    w = stats.treatment_contrast("C(frame, Treatment('N'))", "N", "E", "D")
+    assert w == {"C(frame, Treatment('N'))[T.E]": 1.0, "C(frame, Treatment('N'))[T.D]": -1.0}
+    got = stats.linear_contrast(res, w)
+    # independent 1: the hand-built Mancl-DeRouen covariance and contrast vector (patsy order: 1, D, E, ...)
+    L = np.array([0, -1, 1, 0, 0, 0, 0], dtype=float)
+    assert got["estimate"] == pytest.approx(L @ beta, abs=1e-6)
+    assert got["se"] == pytest.approx(math.sqrt(L @ cov_md @ L), rel=1e-5)
+    # independent 2: statsmodels refitted with D as the reference frame (the same model reparametrised)
+    refit = stats.gee_table(stats.fit_gee_logit(df, FORMULA.replace("'N'", "'D'"), "item")).set_index("term")
+    e = refit.loc["C(frame, Treatment('D'))[T.E]"]
+    assert got["estimate"] == pytest.approx(e["estimate"], abs=1e-6)
+    assert got["se"] == pytest.approx(e["se"], rel=1e-5) and got["p"] == pytest.approx(e["p"], rel=1e-4)
+    # Liang-Zeger instead of Mancl-DeRouen, and the t(G - 1) reference
+    lz = stats.linear_contrast(stats.fit_gee_logit(df, FORMULA, "item", cov_type="robust"), w, use_t=True)
+    assert lz["se"] == pytest.approx(math.sqrt(L @ cov_lz @ L), rel=1e-5)
+    assert lz["df"] == 19 and lz["p"] == pytest.approx(2 * sps.t(19).sf(abs(lz["estimate"] / lz["se"])))
+    assert lz["ci_hi"] - lz["estimate"] == pytest.approx(sps.t(19).ppf(0.975) * lz["se"])
+    assert stats.use_t_reference(20, 50) and not stats.use_t_reference(60, 50) and not stats.use_t_reference(20, 0)
+    with pytest.raises(ValueError, match="no such terms"):
+        stats.linear_contrast(res, {"C(frame)[T.X]": 1.0})
+    with pytest.raises(ValueError, match="reference against itself"):
+        stats.treatment_contrast("f", "N", "N", "N")
+    assert stats.treatment_contrast("f", "N", "D", "N") == {"f[T.D]": 1.0}
+
+
+def test_holm_family_against_multipletests_and_failed_fits_count():
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.array([0.001, 0.04, 0.03, 0.2, 0.012])
+    assert stats.holm_family(p) == pytest.approx(multipletests(p, method="holm")[1])
+    with_failed = np.array([0.001, np.nan, 0.03, np.nan, 0.012])
+    got = stats.holm_family(with_failed)
+    expect = multipletests(np.array([0.001, 1.0, 0.03, 1.0, 0.012]), method="holm")[1]
+    assert np.isnan(got[[1, 3]]).all() and got[[0, 2, 4]] == pytest.approx(expect[[0, 2, 4]])
+    # the family size is 5, not 3: the smallest p is multiplied by 5
+    assert got[0] == pytest.approx(0.005) and stats.holm(with_failed)[0] == pytest.approx(0.003)
+    with pytest.raises(ValueError, match="empty"):
+        stats.holm_family([])
+
+
+def _two_by_two(cells):
+    """cells: {(item, frame, paraphrase): list of 0/1 decodes} -> long rows."""
+    return pd.DataFrame([{"item": i, "frame": f, "paraphrase": r, "y": float(v)}
+                         for (i, f, r), ys in cells.items() for v in ys])
+
+
+def test_paraphrase_contrasts_by_hand():
+    df = _two_by_two({("i", "E", "A"): [1, 1], ("i", "E", "B"): [1, 0], ("i", "N", "A"): [0, 0], ("i", "N", "B"): [1, 1],
+                      ("j", "E", "A"): [1, 1], ("j", "E", "B"): [1, 1], ("j", "N", "A"): [0, 1], ("j", "N", "B"): [0, 0]})
+    got = stats.paraphrase_contrasts(df, "item", "frame", "paraphrase", "y", [("E", "N")]).set_index("item")["delta_p"]
+    # i: ((1 - 0.5) + (0 - 1)) / 2 = -0.25 ; j: ((1 - 1) + (0.5 - 0)) / 2 = 0.25
+    assert got.to_dict() == {"i": pytest.approx(-0.25), "j": pytest.approx(0.25)}
+    with pytest.raises(ValueError, match="not both found"):
+        stats.paraphrase_contrasts(df, "item", "frame", "paraphrase", "y", [("E", "D")])
+
+
+def test_paraphrase_noise_test_margin_by_hand_and_clusters_widen_it():
+    rng = np.random.default_rng(3)
+    f = 0.3 + rng.normal(0, 0.1, 30)
+    q = 0.05 + rng.normal(0, 0.1, 30)
+    t = stats.paraphrase_noise_test(f, q, [f"i{k}" for k in range(30)], 2000, 0)
+    assert t.margin == pytest.approx(abs(f.mean()) - abs(q.mean()))
+    assert t.beyond and t.lo > 0 and t.pvalue < 0.001 and t.n_clusters == 30
+    # the same 15 items twice: as 30 independent items the CI is too narrow; sharing a cluster id fixes it
+    f2, q2 = np.tile(f[:15], 2), np.tile(q[:15], 2)
+    naive = stats.paraphrase_noise_test(f2, q2, list(range(30)), 2000, 0)
+    clustered = stats.paraphrase_noise_test(f2, q2, list(range(15)) * 2, 2000, 0)
+    assert clustered.n_clusters == 15 and clustered.hi - clustered.lo > 1.3 * (naive.hi - naive.lo)
+    same = stats.paraphrase_noise_test(q + 0.25, q, list(range(30)), 2000, 0)  # equal sizes: |F| = |P| + 0.25 ...
+    equal = stats.paraphrase_noise_test(q, q, list(range(30)), 2000, 0)        # ... and exactly equal
+    assert same.beyond and not equal.beyond and equal.margin == 0
+
+
+def test_noise_test_simulation_size_and_power():
+    """Measured size: with the frame effect equal to the paraphrase effect the test rejects at about
+    alpha = 0.05 (300 reps: binomial SD 0.013) and says beyond at most about alpha; measured power:
+    a +30 point frame effect against a 5 point paraphrase effect is called beyond nearly always."""
+    size = stats.simulate_noise_test(40, 0.2, 0.2, reps=300, n_boot=400, seed=1)
+    assert size["rate_reject"] <= 0.09 and size["rate_beyond"] <= 0.06
+    power = stats.simulate_noise_test(40, 0.3, 0.05, reps=300, n_boot=400, seed=2)
+    assert power["rate_beyond"] >= 0.95
+    reverse = stats.simulate_noise_test(40, 0.0, 0.2, reps=300, n_boot=400, seed=3)
+    assert reverse["rate_beyond"] == 0
+
+
+def test_reversals_by_hand():
+    d = pd.DataFrame({"model": "m", "item": list("abcd"), "delta": [0.5, 0.25, -0.25, 0.0],
+                      "delta_a": [0.5, 0.5, -0.25, 0.25], "delta_b": [0.5, 0.0, -0.25, -0.25]})
+    r = stats.reversals(d, ["model"]).iloc[0]
+    assert (r["n_items"], r["n_reversed"], r["n_paraphrase_flips"]) == (4, 1, 1)
+    assert r["mean_delta"] == pytest.approx(0.125)

@@ -127,6 +127,42 @@ def paired_tests(
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class SignFlip:
+    """A paired sign-flip randomization test of mean(d) = 0, with the paired bootstrap CI of mean(d)."""
+
+    n: int
+    estimate: float
+    lo: float
+    hi: float
+    pvalue: float
+    exact: bool
+
+
+def sign_flip_test(d, n_boot: int, seed: int, alpha: float = 0.05, max_exact: int = 16,
+                   n_resamples: int = 20_000) -> SignFlip:
+    """Two-sided sign-flip test of H0: the paired differences ``d`` are symmetric about 0 (under the
+    sharp null that the two conditions of each pair are exchangeable, swapping them flips the sign of
+    its difference), statistic |mean(d)|; exact over every sign pattern of the non-zero differences
+    when there are at most ``max_exact`` of them, else ``n_resamples`` random patterns (p = (1 + hits) /
+    (1 + resamples)). With the percentile bootstrap CI of mean(d), resampling pairs (``bootstrap_diff_ci``)."""
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 1 or len(d) == 0:
+        raise ValueError(f"sign_flip_test: need a non-empty 1-D vector, got shape {d.shape}")
+    est, lo, hi = bootstrap_diff_ci(d, np.zeros_like(d), n_boot, seed, alpha)
+    nz = d[d != 0]
+    if len(nz) == 0:
+        return SignFlip(len(d), est, lo, hi, 1.0, True)
+    observed = abs(nz.sum()) - 1e-9 * len(nz)  # sums over the same non-zero terms; a tolerance for ties
+    if len(nz) <= max_exact:
+        signs = 1 - 2 * ((np.arange(2 ** len(nz))[:, None] >> np.arange(len(nz))) & 1)
+        p = float(np.mean(np.abs(signs @ nz) >= observed))
+        return SignFlip(len(d), est, lo, hi, p, True)
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, len(nz)))
+    hits = int(np.sum(np.abs(signs @ nz) >= observed))
+    return SignFlip(len(d), est, lo, hi, (1 + hits) / (1 + n_resamples), False)
+
+
 def cohen_kappa(a, b) -> float:
     """Cohen's kappa between two raters' labels on the same items (sklearn's ``cohen_kappa_score``);
     NaN when both raters use a single identical label (kappa is undefined there)."""
@@ -175,6 +211,32 @@ def frame_contrasts(
         table.loc[table["_n_ok"] < table["n_paraphrases"], "delta"] = np.nan
         out.append(table.drop(columns="_n_ok").reset_index().assign(f1=f1, f2=f2))
     return pd.concat(out, ignore_index=True)[[*level, "f1", "f2", "delta", "n_paraphrases"]]
+
+
+def paraphrase_contrasts(
+    df: pd.DataFrame, item: str, frame: str, paraphrase: str, outcome: str,
+    pairs: Sequence[tuple[str, str]], by: Sequence[str] = (), versions: tuple[str, str] = ("A", "B"),
+) -> pd.DataFrame:
+    """The paraphrase contrast matched to each frame contrast (``frame_contrasts``), per item::
+
+        Delta_P = 1/2 * sum_{f in (f1, f2)} ( mean_d Y[f, A, d] - mean_d Y[f, B, d] )
+
+    i.e. the 2 x 2 design (frames f1, f2 x paraphrases A, B) of one item read along the other axis:
+    both contrasts are a difference of two means of two decode-averaged cells, so they have the same
+    scale and, under no effect, the same sampling variance (the like-for-like noise reference).
+    NaN when a cell is missing. Returns ``*by, item, f1, f2, delta_p``."""
+    by = list(by)
+    a, b = versions
+    wide = _cell_means(df, [*by, item, frame, paraphrase], outcome).unstack(paraphrase)
+    if not {a, b} <= set(wide.columns):
+        raise ValueError(f"paraphrase_contrasts: paraphrases {a!r} and {b!r} not both found in column {paraphrase!r}")
+    gap = (wide[a] - wide[b]).unstack(frame)
+    out = []
+    for f1, f2 in pairs:
+        if not {f1, f2} <= set(gap.columns):
+            raise ValueError(f"paraphrase_contrasts: frames {f1!r}, {f2!r} not both found in column {frame!r}")
+        out.append(pd.DataFrame({"delta_p": (gap[f1] + gap[f2]) / 2}).reset_index().assign(f1=f1, f2=f2))
+    return pd.concat(out, ignore_index=True)[[*by, item, "f1", "f2", "delta_p"]]
 
 
 def paraphrase_gaps(
@@ -314,6 +376,158 @@ def holm(pvalues) -> np.ndarray:
     if ok.any():
         out[ok] = multipletests(p[ok], method="holm")[1]
     return out
+
+
+# --- frames study: the confirmatory analysis (linear contrasts, the declared family, the noise test) --
+
+
+def use_t_reference(n_clusters: int, below: int) -> bool:
+    """Whether a Wald statistic is referred to t(G - 1) instead of N(0, 1): when the G clusters are
+    fewer than ``below`` (0 = never)."""
+    return 0 < n_clusters < below
+
+
+def linear_contrast(result, weights: dict[str, float], alpha: float = 0.05, use_t: bool = False) -> dict:
+    """A linear contrast L'b of one fit's coefficients (``weights``: term name -> weight, every other
+    term 0) with SE = sqrt(L' V L) from the fit's own (robust / bias-reduced) covariance V, the Wald
+    statistic L'b / SE, its two-sided p and CI, referred to t(G - 1) (G = clusters) when ``use_t``
+    else to N(0, 1). Returns ``estimate, se, stat, dist, df, p, ci_lo, ci_hi``."""
+    names = list(result.params.index)
+    unknown = [t for t in weights if t not in names]
+    if unknown or not weights:
+        raise ValueError(f"linear_contrast: no such terms {unknown or weights!r}; the fit has {names}")
+    L = np.array([float(weights.get(n, 0.0)) for n in names])
+    est = float(L @ np.asarray(result.params, dtype=float))
+    se = float(np.sqrt(L @ np.asarray(result.cov_params(), dtype=float) @ L))
+    g = int(result.model.num_group)
+    ref = sps.t(g - 1) if use_t else sps.norm()
+    crit = float(ref.ppf(1 - alpha / 2))
+    stat = est / se if se > 0 else np.nan
+    return {"estimate": est, "se": se, "stat": stat, "dist": "t" if use_t else "z",
+            "df": float(g - 1) if use_t else np.inf, "p": float(2 * ref.sf(abs(stat))) if se > 0 else np.nan,
+            "ci_lo": est - crit * se, "ci_hi": est + crit * se}
+
+
+def treatment_contrast(term: str, reference: str, f1: str, f2: str) -> dict[str, float]:
+    """Weights of the contrast f1 - f2 on a treatment-coded factor (patsy's ``term[T.level]``
+    columns; the reference level has none): beta_f1 - beta_f2 with beta_reference = 0."""
+    w: dict[str, float] = {}
+    for level, sign in ((f1, 1.0), (f2, -1.0)):
+        if level != reference:
+            w[f"{term}[T.{level}]"] = w.get(f"{term}[T.{level}]", 0.0) + sign
+    if not w:
+        raise ValueError(f"treatment_contrast: {f1} - {f2} is the reference against itself")
+    return w
+
+
+def holm_family(pvalues) -> np.ndarray:
+    """Holm (1979) adjusted p-values over a DECLARED family in which a test that could not be
+    computed (NaN p: a failed fit) still counts: it enters as p = 1 (never rejected), so the family
+    size is the declared size whatever converges; its adjusted p stays NaN. Otherwise statsmodels'
+    ``multipletests(method="holm")``."""
+    p = np.asarray(pvalues, dtype=float)
+    if p.size == 0:
+        raise ValueError("holm_family: the family is empty")
+    adj = multipletests(np.where(np.isnan(p), 1.0, p), method="holm")[1]
+    return np.where(np.isnan(p), np.nan, adj)
+
+
+@dataclass(frozen=True)
+class NoiseTest:
+    """Frame contrast against the matched paraphrase contrast (``paraphrase_noise_test``)."""
+
+    frame: float        # mean over items of the frame contrast Delta_F
+    paraphrase: float   # mean over items of the paraphrase contrast Delta_P
+    margin: float       # |frame| - |paraphrase|
+    lo: float
+    hi: float
+    pvalue: float
+    beyond: bool        # margin > 0 and p < alpha
+    n_clusters: int
+
+
+def _noise_margins(f_sums, p_sums, counts, draws):
+    """|mean F| - |mean P| on the data (last axis: clusters) and on each row of cluster ``draws``."""
+    n = counts[draws].sum(-1)
+    boot = np.abs(f_sums[..., draws].sum(-1) / n) - np.abs(p_sums[..., draws].sum(-1) / n)
+    data = np.abs(f_sums.sum(-1) / counts.sum()) - np.abs(p_sums.sum(-1) / counts.sum())
+    return data, boot
+
+
+def _bootstrap_verdict(data, boot, alpha):
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2], axis=-1)
+    p = np.minimum(1.0, 2 * np.minimum((boot <= 0).mean(-1), (boot >= 0).mean(-1)))
+    return lo, hi, p, (data > 0) & (p < alpha)
+
+
+def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, seed: int,
+                          alpha: float = 0.05) -> NoiseTest:
+    """Is a frame contrast beyond paraphrase noise? (definition: ``studies/frames/DEFINITIONS.md``.)
+
+    Per item, the frame contrast Delta_F (``frame_contrasts``) and the paraphrase contrast Delta_P of
+    the same frame pair (``paraphrase_contrasts``): same cells, same scale, same estimator. The
+    statistic is the margin M = |mean Delta_F| - |mean Delta_P| over items; its CI is the percentile
+    interval of M under the item-cluster bootstrap (``clusters``: items sharing a cluster are drawn
+    together; ONE set of draws for both means, so their correlation is kept), p the two-sided bootstrap
+    p of M = 0 (2 x the smaller tail share), and ``beyond`` = M > 0 and p < alpha (the CI lies above 0).
+    Items where either contrast is NaN are dropped."""
+    f = np.asarray(frame_delta, dtype=float)
+    q = np.asarray(paraphrase_delta, dtype=float)
+    c = pd.Series(np.asarray(clusters))
+    ok = ~(np.isnan(f) | np.isnan(q))
+    if ok.sum() < 2:
+        raise ValueError("paraphrase_noise_test: need at least two items with both contrasts")
+    codes, _ = pd.factorize(c[ok])
+    g = codes.max() + 1
+    f_sums = np.bincount(codes, f[ok], g)
+    p_sums = np.bincount(codes, q[ok], g)
+    counts = np.bincount(codes, minlength=g).astype(float)
+    data, boot = _noise_margins(f_sums, p_sums, counts, _cluster_draws(g, n_boot, seed))
+    lo, hi, p, beyond = _bootstrap_verdict(data, boot, alpha)
+    return NoiseTest(float(f[ok].mean()), float(q[ok].mean()), float(data), float(lo), float(hi), float(p),
+                     bool(beyond), int(g))
+
+
+def simulate_noise_test(n_items: int, frame_effect: float, paraphrase_effect: float, reps: int = 300,
+                        n_boot: int = 400, n_decodes: int = 7, base: float = 0.3, item_sd: float = 0.1,
+                        item_paraphrase_sd: float = 0.1, seed: int = 0, alpha: float = 0.05) -> dict:
+    """Size and power of ``paraphrase_noise_test`` on simulated clustered data, vectorised over
+    ``reps`` replicates: per item a base refusal probability base + N(0, item_sd), a per-item
+    paraphrase deviation N(0, item_paraphrase_sd) of random sign, the planted ``paraphrase_effect``
+    (A above B) and ``frame_effect`` (f1 above f2); each of the 4 cells (f1, f2 x A, B) is the mean
+    of ``n_decodes`` Bernoulli draws. Returns the share of replicates that say beyond
+    (``rate_beyond``), that reject M = 0 in either direction (``rate_reject``), and the mean margin."""
+    rng = np.random.default_rng(seed)
+    item = base + rng.normal(0, item_sd, (reps, n_items))
+    dev = rng.normal(0, item_paraphrase_sd, (reps, n_items))
+    cells = {}
+    for fr, fshift in (("f1", frame_effect / 2), ("f2", -frame_effect / 2)):
+        for pr, pshift in (("A", 1), ("B", -1)):
+            prob = np.clip(item + fshift + pshift * (paraphrase_effect / 2 + dev / 2), 0, 1)
+            cells[fr, pr] = rng.binomial(n_decodes, prob) / n_decodes
+    f = ((cells["f1", "A"] - cells["f2", "A"]) + (cells["f1", "B"] - cells["f2", "B"])) / 2
+    q = ((cells["f1", "A"] - cells["f1", "B"]) + (cells["f2", "A"] - cells["f2", "B"])) / 2
+    draws = np.random.default_rng(seed + 1).integers(0, n_items, size=(n_boot, n_items))
+    data, boot = _noise_margins(f, q, np.ones(n_items), draws)
+    _, _, p, beyond = _bootstrap_verdict(data, boot, alpha)
+    return {"n_items": n_items, "frame_effect": frame_effect, "paraphrase_effect": paraphrase_effect, "reps": reps,
+            "rate_beyond": float(beyond.mean()), "rate_reject": float((p < alpha).mean()),
+            "mean_margin": float(data.mean())}
+
+
+def reversals(item_delta: pd.DataFrame, by: Sequence[str], delta: str = "delta", pa: str = "delta_a",
+              pb: str = "delta_b") -> pd.DataFrame:
+    """Per group of ``by``: items whose Delta has the sign opposite to the group's mean Delta
+    (``n_reversed``; zeros count as neither), and items whose Delta under paraphrase A and under B
+    have opposite signs (``n_paraphrase_flips``), out of ``n_items``."""
+    rows = []
+    for key, g in item_delta.dropna(subset=[delta]).groupby(list(by), sort=True):
+        sign = np.sign(g[delta].mean())
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "n_items": len(g),
+                     "mean_delta": float(g[delta].mean()),
+                     "n_reversed": int((np.sign(g[delta]) == -sign).sum()) if sign != 0 else 0,
+                     "n_paraphrase_flips": int((np.sign(g[pa]) * np.sign(g[pb]) < 0).sum())})
+    return pd.DataFrame(rows)
 
 
 # --- policy study: exchangeability rank test, label-supervision range and seed floor -------------
@@ -501,3 +715,96 @@ def spearman(x, y) -> Spearman:
         return Spearman(float("nan"), float("nan"), n)
     res = sps.spearmanr(x, y)
     return Spearman(float(res.statistic), float(res.pvalue), n)
+
+
+# --- policy study: which policy a guard follows (seed 003; issue 25) ------------------------------
+
+
+def fisher_one_sided(k1: int, n1: int, k0: int, n0: int, alternative: str) -> float:
+    """One-sided Fisher exact p that group 1's rate (k1/n1) is ``greater`` or ``less`` than group
+    0's (k0/n0), conditional on the margins (scipy's ``fisher_exact``). NaN when a group is empty."""
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"fisher_one_sided: alternative must be greater or less, got {alternative!r}")
+    if n1 <= 0 or n0 <= 0:
+        return float("nan")
+    if not (0 <= k1 <= n1 and 0 <= k0 <= n0):
+        raise ValueError(f"fisher_one_sided: need 0 <= k <= n, got {k1}/{n1} and {k0}/{n0}")
+    return float(sps.fisher_exact([[k1, n1 - k1], [k0, n0 - k0]], alternative=alternative)[1])
+
+
+@dataclass(frozen=True)
+class Follows:
+    """Which of two labelling policies a binary classifier follows on the items they dispute."""
+
+    p_not_b: float  # H0 "behaves as B": rejected -> the disputed items are not treated as B labels them
+    p_not_a: float  # H0 "behaves as A"
+    follows: str    # A, B or undetermined
+
+
+def policy_follows(flag, unsafe_a, unsafe_b, alpha: float = 0.05) -> Follows:
+    """Two one-sided Fisher exact tests on the disputed items, each against the classifier's own
+    behaviour on the undisputed items (so a classifier that flags everything, or nothing, is not
+    mistaken for a follower of the stricter, or laxer, policy).
+
+    ``flag``: the classifier's binary unsafe verdict per item; ``unsafe_a`` / ``unsafe_b``: each
+    policy's binary label. Undisputed items give the classifier's flag rate on items both policies
+    call safe (S) and unsafe (U). For the disputed items of each direction present (A unsafe and B
+    safe; A safe and B unsafe), "behaves as B" predicts the flag rate of B's class (S, resp. U) and
+    "behaves as A" the rate of A's class; each H0 is tested one-sided against the other policy's
+    side. Over the directions present the p of each H0 is the largest (intersection-union: the
+    classifier must depart from that policy in every direction; valid at ``alpha`` without
+    correction). ``follows`` = A when "behaves as B" is rejected at ``alpha`` and "behaves as A" is
+    not; B the reverse; otherwise undetermined (both rejected: between the two; neither: too few
+    disputed items, or no difference)."""
+    flag, a, b = (np.asarray(v, dtype=bool) for v in (flag, unsafe_a, unsafe_b))
+    if not flag.shape == a.shape == b.shape or flag.ndim != 1:
+        raise ValueError("policy_follows: need three 1-D arrays of equal length")
+    safe, unsafe = ~a & ~b, a & b
+    ks, ns = int(flag[safe].sum()), int(safe.sum())
+    ku, nu = int(flag[unsafe].sum()), int(unsafe.sum())
+    p_not_b, p_not_a = [], []
+    for d, a_unsafe in ((a & ~b, True), (~a & b, False)):
+        n = int(d.sum())
+        if not n:
+            continue
+        k = int(flag[d].sum())
+        above_safe = fisher_one_sided(k, n, ks, ns, "greater")  # flagged more than the safe items
+        below_unsafe = fisher_one_sided(k, n, ku, nu, "less")   # flagged less than the unsafe items
+        p_not_b.append(above_safe if a_unsafe else below_unsafe)
+        p_not_a.append(below_unsafe if a_unsafe else above_safe)
+    if not p_not_b:
+        return Follows(float("nan"), float("nan"), "undetermined")
+    pb, pa = max(p_not_b), max(p_not_a)
+    if np.isnan(pb) or np.isnan(pa):
+        return Follows(pb, pa, "undetermined")
+    follows = "A" if pb < alpha <= pa else "B" if pa < alpha <= pb else "undetermined"
+    return Follows(pb, pa, follows)
+
+
+def fisher_power(n1: int, p1: float, n0: int, p0: float, alpha: float = 0.05) -> float:
+    """Exact power of the one-sided Fisher test (group 1 greater) for true rates p1 (n1 items) and
+    p0 (n0 items): the sum over every outcome (k1, k0) of its binomial probability where p < alpha."""
+    k1 = np.arange(n1 + 1)
+    k0 = np.arange(n0 + 1)
+    w1 = sps.binom.pmf(k1, n1, p1)
+    w0 = sps.binom.pmf(k0, n0, p0)
+    power = 0.0
+    for i in k1:
+        if w1[i] < 1e-12:
+            continue
+        # hypergeometric tail for every k0 at once: P(X >= i | margins i + k0, n1, n0)
+        p = sps.hypergeom.sf(i - 1, n1 + n0, i + k0, n1)
+        power += w1[i] * float(w0[p < alpha].sum())
+    return float(power)
+
+
+def disputed_for_power(p1: float, p0: float, n0: int, alpha: float = 0.05, power: float = 0.8,
+                       n_max: int = 2000) -> int:
+    """The fewest items n1 (disputed items) for which ``fisher_power(n1, p1, n0, p0, alpha)`` reaches
+    ``power`` (power is not monotone in n for exact tests: the first n that reaches it, then checked
+    for the next five). -1 when none up to ``n_max``."""
+    for n in range(1, n_max + 1):
+        if fisher_power(n, p1, n0, p0, alpha) >= power and all(
+                fisher_power(n + j, p1, n0, p0, alpha) >= power for j in range(1, 6)):
+            return n
+    return -1
