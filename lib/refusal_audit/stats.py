@@ -420,6 +420,14 @@ def treatment_contrast(term: str, reference: str, f1: str, f2: str) -> dict[str,
     return w
 
 
+def wald_reference(w: Wald, n_clusters: int, use_t: bool) -> tuple[str, float]:
+    """The reference distribution of a joint Wald test (``wald_terms``) and its p: chi2(q), or with
+    few clusters F(q, G - 1) on W / q (the multivariate analogue of the t(G - 1) rule)."""
+    if use_t:
+        return f"F({w.df},{n_clusters - 1})", float(sps.f.sf(w.chi2 / w.df, w.df, n_clusters - 1))
+    return f"chi2({w.df})", w.pvalue
+
+
 def holm_family(pvalues) -> np.ndarray:
     """Holm (1979) adjusted p-values over a DECLARED family in which a test that could not be
     computed (NaN p: a failed fit) still counts: it enters as p = 1 (never rejected), so the family

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ... import stats
-from . import conventions, design
+from . import conventions, design, verdict
 
 HEADLINE_MODE = "loose"
 HEADLINE_ON_ERROR = "fail-open"
@@ -141,19 +141,26 @@ def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list
     rows = []
     for b, g in s.groupby("benchmark", sort=False):
         x = g.set_index("model")["rate"]
-        k = len([a for a in designated if a in x.index])
+        present = [a for a in designated if a in x.index]  # an arm may lack a benchmark: test the arms present
+        k = len(present)
         if not 0 < k < len(x):
             continue
-        greater = stats.exchangeability_rank_test(x, designated, "greater")
-        two = stats.exchangeability_rank_test(x, designated, "two-sided")
+        greater = stats.exchangeability_rank_test(x, present, "greater")
+        two = stats.exchangeability_rank_test(x, present, "two-sided")
         top = set(x.sort_values(ascending=False).index[:k])
         rows.append({"benchmark": b, "n": greater.n, "k": greater.k, "rank_sum": greater.rank_sum,
                      "p_greater": greater.pvalue, "p_two_sided": two.pvalue,
                      "one_over_n_choose_k": 1 / math.comb(greater.n, greater.k),
-                     "designated_take_top_k": top == set(designated) and x[designated].min() > x.drop(designated).max(),
-                     "min_designated": x[designated].min(), "max_other": x.drop(designated).max()})
+                     "designated_take_top_k": top == set(present) and x[present].min() > x.drop(present).max(),
+                     "min_designated": x[present].min(), "max_other": x.drop(present).max()})
+    cols = ["benchmark", "n", "k", "rank_sum", "p_greater", "p_two_sided", "one_over_n_choose_k",
+            "designated_take_top_k", "min_designated", "max_other"]
+    out = pd.DataFrame(rows, columns=cols)
+    # the confirmatory family: the one-sided test on every benchmark tested; Holm over that family only
+    # (the two-sided p is descriptive)
+    out.insert(out.columns.get_loc("p_greater") + 1, "p_greater_holm", stats.holm(out["p_greater"]))
     order = {b: i for i, b in enumerate(design.BENCHMARKS)}
-    return pd.DataFrame(rows).sort_values("benchmark", key=lambda c: c.map(order)).reset_index(drop=True)
+    return out.sort_values("benchmark", key=lambda c: c.map(order)).reset_index(drop=True)
 
 
 def _agreement_with_a(d: pd.DataFrame) -> float:
@@ -278,6 +285,32 @@ def disputed(m: pd.DataFrame, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def guard_verdicts(m: pd.DataFrame, items: pd.DataFrame, recipes: list[str], seed: int, alpha: float) -> pd.DataFrame:
+    """``verdict.verdicts`` for every model of the run (each arm at every seed, each released guard
+    read under its convention: ``loose``, fail-open) and for the three synthetic guards of known
+    answer (``verdict.synthetic``), on the clean benchmark rows; each with its position among the
+    arms at the run seed and the seed floor of the arms' agreement with A; for the arms, whether the
+    verdict names their own last supervision signal (``names_own_signal``)."""
+    rows = verdict.scored_rows(items)
+    b = m[(m["judge"] == HEADLINE_MODE) & (m["role"] == "benchmark") & m["clean"].astype(bool)].copy()
+    b["unsafe"] = _unsafe(b)
+    b["guard"] = np.where(b["seed"] == seed, b["model"], b["model"] + "|s" + b["seed"].astype(str))
+    ans = b.rename(columns={"item_id": "id"})[["guard", "id", "unsafe", "kind", "last_signal", "model", "seed"]]
+    synth = verdict.synthetic(rows, seed).assign(seed=seed)
+    ans = pd.concat([ans, synth.assign(model=synth["guard"])], ignore_index=True)
+    t = verdict.verdicts(ans, rows, alpha)
+    meta = ans.drop_duplicates("guard").set_index("guard")
+    t.insert(1, "model", t["guard"].map(meta["model"]))
+    t.insert(2, "seed", t["guard"].map(meta["seed"]).astype(int))
+    arms_all = t[t["kind"] == "arm"]
+    floor = verdict.seed_floor(arms_all, recipes)
+    t = verdict.position(t, arms_all[arms_all["seed"] == seed], floor)
+    own = t["last_signal"].str.replace("known: ", "", regex=False).str.upper().replace({"NONE": "UNDETERMINED"})
+    known = t["kind"].isin(["arm", "synthetic"]) & own.isin(["A", "B", "UNDETERMINED"])  # not a mixed arm
+    t["names_own_signal"] = pd.Series(t["follows"].str.upper() == own, dtype=object).where(known, None)
+    return t
+
+
 def definitions(items: pd.DataFrame) -> pd.DataFrame:
     """The operational definition each benchmark score rests on: what is counted, on which rows, and
     what each policy's labels say about those rows (the rules that labelled them)."""
@@ -317,6 +350,7 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     val = validation(m, sens, arm_names, p_seed)
     sweep = convention_sweep(m, p_seed)
     return {
+        "guard_verdict": guard_verdicts(m, items, list(s.seed_recipes), p_seed, alpha),
         "definitions": definitions(items),
         "overlap": design.overlap(items),
         "models": models_table(generations),
