@@ -67,6 +67,18 @@ audit: $(VENV)/.installed
 confusion: $(VENV)/.installed
 	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --model "$(MODEL)" --run "$(RUN)" --params $(PARAMS)
 
+# make guard-items OUT=file.csv: every prompt a guard must score for the policy study's verdict (id, prompt,
+# benchmark; no labels). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and
+# verdict safe/unsafe or p_unsafe; a guard column for several guards) -> results/<RUN>/guard_verdict.csv (follows
+# A, B or undetermined), guard_scores.csv, guard_verdict.png, beside the run's trained arms
+.PHONY: guard-items guard-verdict
+GUARD ?=
+guard-items: $(VENV)/.installed
+	$(PY) -m refusal_audit guard-items --out "$(OUT)" --params $(PARAMS)
+
+guard-verdict: $(VENV)/.installed
+	$(PY) -m refusal_audit guard-verdict --verdicts "$(VERDICTS)" --run "$(RUN)" --guard "$(GUARD)" --params $(PARAMS)
+
 # Retrain the learned judges' heads and rewrite their validation tables (deterministic; ~7 minutes).
 judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train

@@ -41,6 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--model", required=True, help="a model name from params, a Hugging Face id, or a local path")
     k.add_argument("--run", required=True)
     k.add_argument("--params", default="params/default.yaml")
+    gi = sub.add_parser("guard-items", help="every prompt a guard must score for the policy study's verdict (CSV: id, prompt, benchmark)")
+    gi.add_argument("--out", required=True)
+    gi.add_argument("--params", default="params/default.yaml")
+    gv = sub.add_parser("guard-verdict", help="which policy a guard follows, from its answers (CSV: id, verdict or p_unsafe[, guard])")
+    gv.add_argument("--verdicts", required=True)
+    gv.add_argument("--run", required=True)
+    gv.add_argument("--guard", default="", help="the guard's name (a file without a guard column), or the one guard to read")
+    gv.add_argument("--params", default="params/default.yaml")
     args = ap.parse_args(argv)
 
     from . import pipeline  # heavy imports only after the arguments parse
@@ -77,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             from .studies.confusion import run_user_clusters
 
             print(f"wrote {run_user_clusters(args.clusters, args.model, args.run, args.params)}")
+        elif args.cmd in ("guard-items", "guard-verdict"):
+            from .studies import policy
+
+            if args.cmd == "guard-items":
+                print(f"wrote {policy.write_guard_items(args.params, args.out)}")
+            else:
+                for line in policy.guard_verdict_files(args.verdicts, args.run, args.params, args.guard or None):
+                    print(line)
+                print(f"wrote results/{args.run}/guard_verdict.csv, guard_scores.csv, guard_verdict.png")
         elif args.cmd == "judge":
             out = pipeline.judge_user(args.replies, args.run, args.params)
             print(f"wrote {out}")

@@ -29,7 +29,7 @@ import pandas as pd
 
 from ... import paths, store
 from ...config import ParamsError, need
-from . import analysis, arms, conventions, design, rules
+from . import analysis, arms, conventions, design, rules, verdict
 from . import figures as policy_figures
 
 NAME = "policy"
@@ -550,6 +550,70 @@ def summary(p, stage: str, table) -> list:
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+# --- make guard-items / make guard-verdict: a verdict for a guard run elsewhere ------------------------------
+def _split_items(p) -> pd.DataFrame:
+    """The study's items (``items``) without writing anything: the split and its audit."""
+    s = p.studies[NAME]
+    split = _pool(p).rename(columns={"prompt": "text"})
+    embed = None
+    if s.semantic_audit:
+        from ...encoder import embed
+    audited = design.audit(split, semantic=s.semantic_audit, embed=embed)
+    return design.build_items(split.rename(columns={"text": "prompt"}), audited, NAME)
+
+
+def write_guard_items(params_file: str, out: str) -> Path:
+    """``make guard-items OUT=file.csv``: every prompt a guard must score (``verdict.guard_items``)."""
+    from ... import config
+
+    p = config.load(params_file)
+    if NAME not in p.studies:
+        raise ParamsError(f"{params_file}: no policy section; the guard items are the policy study's")
+    table = verdict.guard_items(_split_items(p), p.seed)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    return path
+
+
+def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, guard: str | None = None) -> list[str]:
+    """``make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]``: the guard's verdict (``verdict``)
+    beside the run's arms (``stats/policy/guard_verdict.csv``), written to ``results/<run>/``:
+    ``guard_verdict.csv`` (one row per guard), ``guard_scores.csv`` (per benchmark) and
+    ``guard_verdict.png``. Returns the verdict sentences."""
+    import matplotlib.pyplot as plt
+
+    from ... import config
+    from ...plots import save
+
+    p = config.load(params_file)
+    folder = paths.run_dir(run_name)
+    items_file, arms_file = folder / "items.parquet", folder / "stats" / NAME / "guard_verdict.csv"
+    for f in (items_file, arms_file):
+        if not f.is_file():
+            raise FileNotFoundError(f"{f}: not found; run the policy study first (make all PARAMS=... STUDIES=policy)")
+    items = pd.read_parquet(items_file)
+    items = design.own(items[items["study"] == NAME].reset_index(drop=True))
+    rows = verdict.scored_rows(items)
+    answers = verdict.read_answers(verdicts_file, rows["item_id"].tolist(), guard)
+    alpha = p.stats.alpha
+    theirs = verdict.verdicts(answers, rows, alpha)
+    run_table = pd.read_csv(arms_file)
+    arms_at_seed = run_table[(run_table["kind"] == "arm") & ~run_table["guard"].str.contains("|", regex=False)]
+    floor = float(run_table["seed_floor"].iloc[0])
+    theirs = verdict.position(theirs, arms_at_seed, floor)
+    theirs.to_csv(folder / "guard_verdict.csv", index=False)
+    verdict.benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
+    shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
+    fig = policy_figures.guard_position(
+        shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (band: +- the seed floor "
+               f"{floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
+               f"disputed clean benchmark items (binary labels of A and B differ); Wilson {1 - alpha:.0%} CIs.")
+    save(fig, "guard_verdict", [folder])
+    plt.close(fig)
+    return verdict.sentences(theirs, alpha)
 
 
 # --- make plan -----------------------------------------------------------------------------------------

@@ -69,3 +69,30 @@ def validation_vs_agreement(val: pd.DataFrame, rho: pd.DataFrame, text: str):
     fig.subplots_adjust(top=0.80)
     caption(fig, text)
     return fig
+
+
+def guard_position(table: pd.DataFrame, text: str):
+    """Agreement with policy A on the disputed items (Wilson CI), one row per guard: the trained arms
+    at the run seed (coloured by last supervision signal), with the seed floor drawn around each,
+    then every other guard (released, synthetic, the user's) with its ``follows`` verdict."""
+    colours = {"a": "#c0392b", "b": "#2471a3", "mixed": "#7d3c98"}
+    t = table[~table["guard"].str.contains("|", regex=False)].reset_index(drop=True)
+    floor = float(t["seed_floor"].iloc[0]) if "seed_floor" in t and len(t) else float("nan")
+    fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.28 * len(t)))
+    for i, r in t.iterrows():
+        c = colours.get(r["last_signal"], "0.2")
+        arm = r["kind"] == "arm"
+        if arm and not np.isnan(floor):
+            ax.barh(i, 2 * floor, left=r["agree_a"] - floor, height=0.6, color=c, alpha=0.12, lw=0)
+        ax.errorbar(r["agree_a"], i, xerr=[[r["agree_a"] - r["agree_a_lo"]], [r["agree_a_hi"] - r["agree_a"]]],
+                    fmt="o" if arm else "D", color=c, ms=5, capsize=2)
+    ax.set_yticks(range(len(t)))
+    ax.set_yticklabels([f"{g}  [{s}] -> {f}" for g, s, f in zip(t["guard"], t["last_signal"], t["follows"])],
+                       fontsize=6.5)
+    ax.invert_yaxis()
+    ax.axvline(0.5, color="0.7", lw=0.8, ls=":")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("agreement with policy A on the disputed items (1 = A's labels, 0 = B's)")
+    ax.set_title("Policy study: which policy each guard follows", fontsize=9)
+    caption(fig, text)
+    return fig
