@@ -1,15 +1,19 @@
 """The run's report: ``results/<run>/report.html``, the six executed notebooks in one page, opening
-with the three reporting items of every study in the run (the policy paper's checklist):
+with every study's verdicts in words (``verdicts(p, tables)`` of the study, from its ``stats/<study>/``
+tables: the sentences its part of notebook 05 ends with), then the three reporting items of every
+study in the run (the policy paper's checklist):
 
 1. the contamination check: every study's items against every training pool the project uses
-   (normalised exact match and MinHash near-duplicates, ``contamination.audit_pools``);
+   (normalised exact match and MinHash near-duplicates, ``contamination.audit_pools``); shown open
+   for the pools the study's scores rest on (``audited_pools``, and its own training pool), with a
+   status naming what the study did, the other pools folded (``contamination_status``);
 2. the seed floor, where a study trains anything;
 3. the operational definition each score rests on;
 
 and the word TESTBED beside every model organism the run measures.
 
-A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}`` and, when it
-trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
+A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}``, optionally
+``verdicts(p, tables) -> list[str]`` and, when it trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
 """
 from __future__ import annotations
 
@@ -79,6 +83,42 @@ def _markdown(text: str) -> str:
     return mistune.html(text)
 
 
+def contamination_status(overlap: pd.DataFrame, study: str, pools: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the rows of ``overlap`` for ``study``'s items against the pools its scores rest on, the rows
+    against every other pool), each with a ``status`` that names what the study did: on a pool it
+    audits, contaminated items excluded from every statistic (or the dataset excluded when none is
+    left); its own training pool (the pool named like the study) is audited by the study itself; any
+    other pool is not audited because no score rests on it: its items are kept, whatever the overlap."""
+    mine = overlap[overlap["benchmark"].str.startswith(f"{study}:") & (overlap["pool"] != "(any)")].copy()
+    audited = mine["pool"].isin(list(pools) + [study])
+    own = mine["pool"] == study
+
+    def status(r, own_pool: bool) -> str:
+        if r["contaminated"] == 0:
+            return "audited: no overlap"
+        where = " (by the study, on its own held-out rows)" if own_pool else ""
+        if r["n_clean"] == 0:
+            return f"audited{where}: every item contaminated, dataset excluded"
+        return f"audited{where}: {int(r['contaminated'])} contaminated item(s) excluded from every statistic"
+
+    mine["status"] = [status(r, o) if a else "not audited: no score of this study rests on this pool; items kept"
+                      for (_, r), a, o in zip(mine.iterrows(), audited, own)]
+    return mine[audited.to_numpy()].reset_index(drop=True), mine[~audited.to_numpy()].reset_index(drop=True)
+
+
+def study_verdicts(run, name: str) -> list[str]:
+    """The study's verdicts in words from its statistics tables (``verdicts(p, tables)``); a line saying
+    why there are none when the study states none or its statistics are not computed yet."""
+    module = studies.module(name)
+    if not hasattr(module, "verdicts"):
+        return ["(this study states no verdict in words yet: see its part of notebook 05)"]
+    try:
+        tables = run.read_stats(name)
+    except FileNotFoundError:
+        return ["(not computed: run notebook 05)"]
+    return module.verdicts(run.p, tables) or ["(no verdict: its tables are empty)"]
+
+
 def write(run) -> Path:
     """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``)."""
     from nbconvert import HTMLExporter
@@ -93,12 +133,24 @@ def write(run) -> Path:
                     "models.</p>")
     overlap_file = run.dir / "contamination.csv"
     overlap = pd.read_csv(overlap_file) if overlap_file.is_file() else None
+    head.append("<h2>Verdicts</h2>")
+    for name in run.names:
+        head.append(f"<h3>{html.escape(name)}</h3>\n" +
+                    _markdown("\n".join(f"- {line}" for line in study_verdicts(run, name))))
+    fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     for name in run.names:
         module = studies.module(name)
         items = module.reporting(p) if hasattr(module, "reporting") else {}
-        mine = overlap[overlap["benchmark"].str.startswith(f"{name}:")] if overlap is not None else None
-        check = (mine.to_html(index=False, float_format=lambda x: f"{x:.3f}") if mine is not None and len(mine)
-                 else "<p>not computed (run notebook 01)</p>")
+        if overlap is None:
+            check = "<p>not computed (run notebook 01)</p>"
+        else:
+            pools = module.audited_pools(p) if hasattr(module, "audited_pools") else []
+            shown, folded = contamination_status(overlap, name, pools)
+            check = (f"<p>pools its scores rest on: {html.escape(', '.join(pools + [name]))}</p>" +
+                     (shown.to_html(**fmt) if len(shown) else "<p>no item against these pools</p>"))
+            if len(folded):
+                check += (f"<details><summary>other pools ({html.escape(', '.join(folded['pool'].unique()))}): "
+                          "not audited, items kept</summary>" + folded.to_html(**fmt) + "</details>")
         head.append(_section(f"{name}: 1. contamination check (items against every training pool)", check))
         head.append(_section(f"{name}: 2. seed floor", _markdown(items.get("seed_floor", "Nothing is trained."))))
         head.append(_section(f"{name}: 3. operational definitions", _markdown(items.get("definition", "(not stated)"))))

@@ -423,6 +423,9 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
                          f"Policy-loaded: A and B disagree on >= {s.policy_loaded:.0%} of the clean rows."),
         "policy_arms_heatmap": policy_figures.arms_heatmap(
             tables["arms_by_benchmarks"], base + "Reference rows: the share each policy's own labels call unsafe."),
+        "policy_guard_verdict": policy_figures.guard_position(
+            tables["guard_verdict"], base + "Disputed items: clean benchmark rows whose binary labels under A and B "
+                                            "differ; band: +- the seed floor of the arms' agreement with A."),
         "policy_validation_vs_agreement": policy_figures.validation_vs_agreement(
             tables["validation"], tables["spearman"],
             base + "Validation: clean held-out rows of the pool, 4-class accuracy against policy A's labels. "
@@ -546,7 +549,15 @@ def summary(p, stage: str, table) -> list:
                   "published average):"), table["convention_average"].round(3),
                  "Unparseable outputs per guard (their own label; fail-open and fail-closed in `conventions.csv`):",
                  table["unparseable"]]
-        return shown
+        if "guard_verdict" in table:
+            gv = table["guard_verdict"]
+            shown += ["**Which policy each guard follows** (disputed clean benchmark items; `stats.policy_follows`; "
+                      "the arms at the run seed, the synthetic guards of known answer, released guards):",
+                      gv[~gv["guard"].str.contains("|", regex=False)][
+                          ["guard", "kind", "last_signal", "n_disputed", "agree_a", "agree_a_lo", "agree_a_hi",
+                           "flag_disputed", "flag_both_safe", "flag_both_unsafe", "p_not_b", "p_not_a", "follows",
+                           "names_own_signal", "arms_above", "nearest_arm"]].round(4)]
+        return shown + ["**Verdicts**", *verdicts(p, table)]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
@@ -614,6 +625,43 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     save(fig, "guard_verdict", [folder])
     plt.close(fig)
     return verdict.sentences(theirs, alpha)
+
+
+def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The study's verdicts in words, from its tables (the end of notebook 05 and the top of report.html):
+    the known answers (synthetic guards), the arms' verdicts beside their last supervision signal, the
+    confirmatory rank test (Holm) on the policy-loaded and capability-loaded benchmarks, released guards."""
+    alpha = p.stats.alpha
+    out = []
+    gv = tables.get("guard_verdict")
+    if gv is not None and len(gv):
+        gv = gv[~gv["guard"].astype(str).str.contains("|", regex=False)]
+        syn = gv[gv["kind"] == "synthetic"].set_index("guard")
+        if len(syn):
+            got = ", ".join(f"{g} -> {r.follows}" for g, r in syn.iterrows())
+            ok = bool(syn["names_own_signal"].astype(str).eq("True").all())
+            out.append(f"Known answers: the synthetic guards built from the study's own labels come out {got} "
+                       f"({'all recovered' if ok else 'NOT all recovered'}; alpha = {alpha}; "
+                       f"{int(syn['n_disputed'].iloc[0])} disputed items).")
+        arm = gv[(gv["kind"] == "arm") & gv["last_signal"].isin(["a", "b"])]
+        if len(arm):
+            named = arm["names_own_signal"].astype(str).eq("True")
+            detail = "; ".join(f"{r.guard} [{r.last_signal.upper()}] -> {r.follows}" for r in arm.itertuples())
+            out.append(f"The verdict names the arm's own last supervision signal for {int(named.sum())} of {len(arm)} "
+                       f"arms whose last signal is A or B ({detail}).")
+        for r in verdict.sentences(gv[gv["kind"] == "guard"], alpha):
+            out.append(r)
+    rank, sens = tables.get("rank_test"), tables.get("sensitivity")
+    if rank is not None and len(rank) and sens is not None and "p_greater_holm" in rank:
+        r = rank.merge(sens[["benchmark", "group"]], on="benchmark", how="left")
+        for group, g in r.groupby("group", sort=True):
+            sig = g[g["p_greater_holm"] < alpha]
+            top = g[g["designated_take_top_k"].astype(str) == "True"]
+            out.append(f"Rank test ({group}, {len(g)} benchmarks): the arms whose last signal is A take the top "
+                       f"ranks on {len(top)} ({', '.join(top['benchmark']) or 'none'}); Holm-adjusted one-sided "
+                       f"p < {alpha} on {len(sig)} ({', '.join(sig['benchmark']) or 'none'}); family = the "
+                       f"one-sided test on all {len(rank)} benchmarks.")
+    return out
 
 
 # --- make plan -----------------------------------------------------------------------------------------

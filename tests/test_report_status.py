@@ -1,0 +1,71 @@
+"""report.html: the contamination table's status names what each study did with each pool, and the
+page opens with every study's verdicts in words."""
+from __future__ import annotations
+
+import types
+
+import pandas as pd
+
+from refusal_audit import contamination, report
+
+
+def _overlap() -> pd.DataFrame:
+    audit = pd.DataFrame({
+        "id": ["frames:1", "frames:2", "frames:1", "frames:2", "policy:x", "policy:y", "policy:x", "policy:y"],
+        "benchmark": ["frames:xstest"] * 4 + ["policy:harmbench"] * 4,
+        "pool": ["organism", "organism", "policy", "policy", "policy", "policy", "judges", "judges"],
+        "exact": [False, False, True, True, True, False, False, False],
+        "near_duplicate": [False] * 8,
+        "contaminated": [False, False, True, True, True, False, False, False]})
+    return contamination.overlap_rates(audit)
+
+
+def test_a_pool_the_study_does_not_audit_is_folded_and_says_items_kept():
+    shown, folded = report.contamination_status(_overlap(), "frames", ["organism"])
+    assert shown["pool"].tolist() == ["organism"] and shown["status"].tolist() == ["audited: no overlap"]
+    # frames' items are all in the policy study's pool, which frames never uses: kept, not "excluded"
+    assert folded["pool"].tolist() == ["policy"]
+    assert folded["status"].iloc[0].startswith("not audited") and "items kept" in folded["status"].iloc[0]
+    assert not folded["status"].str.contains("excluded").any()
+
+
+def test_the_study_own_pool_is_audited_by_the_study():
+    shown, folded = report.contamination_status(_overlap(), "policy", [])
+    assert shown["pool"].tolist() == ["policy"]
+    assert shown["status"].iloc[0] == ("audited (by the study, on its own held-out rows): 1 contaminated item(s) "
+                                       "excluded from every statistic")
+    assert folded["pool"].tolist() == ["judges"]
+    every, _ = report.contamination_status(_overlap(), "frames", ["policy"])
+    assert every["status"].tolist() == ["audited: every item contaminated, dataset excluded"]
+
+
+def test_verdicts_come_from_the_study_or_say_why_not(tmp_path, monkeypatch):
+    class Run:
+        p = types.SimpleNamespace()
+
+        def read_stats(self, name):
+            if name == "missing":
+                raise FileNotFoundError(name)
+            return {"t": pd.DataFrame({"x": [1]})}
+
+    with_verdicts = types.SimpleNamespace(verdicts=lambda p, tables: [f"{len(tables['t'])} row: verdict"])
+    modules = {"a": with_verdicts, "b": types.SimpleNamespace(), "missing": with_verdicts}
+    monkeypatch.setattr(report.studies, "module", lambda name: modules[name])
+    assert report.study_verdicts(Run(), "a") == ["1 row: verdict"]
+    assert "no verdict in words" in report.study_verdicts(Run(), "b")[0]
+    assert "run notebook 05" in report.study_verdicts(Run(), "missing")[0]
+
+
+def test_the_page_opens_with_the_verdicts_then_the_audited_pools(tmp_path, monkeypatch):
+    _overlap().to_csv(tmp_path / "contamination.csv", index=False)
+    (tmp_path / "notebooks").mkdir()
+    module = types.SimpleNamespace(verdicts=lambda p, tables: ["frames recovered its planted effect"],
+                                   audited_pools=lambda p: ["organism"],
+                                   reporting=lambda p: {"definition": "d", "seed_floor": "s"})
+    monkeypatch.setattr(report.studies, "module", lambda name: module)
+    run = types.SimpleNamespace(p=types.SimpleNamespace(models={}, run_name="r", source_file="x.yaml"),
+                                names=["frames"], dir=tmp_path, read_stats=lambda name: {})
+    page = report.write(run).read_text()
+    assert page.index("frames recovered its planted effect") < page.index("frames: 1. contamination check")
+    details = page.index("<details>")
+    assert page.index("audited: no overlap") < details < page.index("not audited")
