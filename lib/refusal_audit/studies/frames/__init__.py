@@ -9,9 +9,12 @@ generation a calibration pass (the reference model, N frame, T = 0) sets each it
 each model's Min-K% Prob over the bodies is the familiarity covariate (``familiarity.py``). The
 decoding grid is T = 0 once + T = 0.4 and 0.8 x 3 seeds from one prefill per prompt (the engine).
 The 4-class outcome judge (``judges/outcome.py``) and a second judge of another kind (the keyword
-monitor) score the replies; ``analysis.py`` computes the per-item contrasts Delta, the paraphrase
-noise band, GEE with item clusters (Mancl-DeRouen SEs), model x frame Wald tests and Holm, the
-equivalence audit and the low-familiarity repeat, all through ``refusal_audit.stats``.
+monitor) score the replies, and the learned harm judge is the second judge of harmful compliance;
+``analysis.py`` computes the per-item contrasts Delta and the confirmatory analysis declared in
+``frames.confirmatory`` (E-D, E-N, D-N as contrasts of one GEE fit, the like-for-like paraphrase-noise
+test, model x frame and base-vs-instruct Wald tests, Holm over the declared family, reversal counts;
+definitions in ``DEFINITIONS.md``), the equivalence audit and the low-familiarity repeat, all through
+``refusal_audit.stats``.
 
 Raw replies never leave ``results/`` (the summaries show counts and rates only).
 """
@@ -33,7 +36,7 @@ from . import wrapper as W
 NAME = "frames"
 STRATA = ("explicit_harmful", "jailbreak", "borderline", "benign")
 PARAPHRASES = ("A", "B")
-OUTCOMES = ("refusal", "harmful_compliance", "template_completion", "off_topic")
+OUTCOMES = ("refusal", "compliance", "harmful_compliance", "template_completion", "off_topic")
 TIERS = ("easy", "medium", "hard")
 
 
@@ -42,6 +45,17 @@ class DataParams:
     file: str = "frames/items.csv"     # relative to data/
     per_stratum: int = 120             # items sampled per stratum (seeded) before anything is rendered
     strata: list[str] = field(default_factory=lambda: list(STRATA))
+
+
+@dataclass
+class ConfirmatoryParams:
+    """The pre-registered family (DEFINITIONS.md): Holm runs over exactly these tests, failed fits
+    included; every other row of ``confirmatory.csv`` is exploratory and uncorrected."""
+    judges: list[str] = field(default_factory=lambda: ["outcome"])    # the primary outcome judge
+    outcomes: list[str] = field(default_factory=lambda: ["refusal", "harmful_compliance"])
+    contrasts: list[str] = field(default_factory=lambda: ["E-D", "E-N", "D-N"])
+    models: list[str] = field(default_factory=list)                   # empty: every model of frames.models
+    subsets: list[str] = field(default_factory=lambda: ["all", "non_harmful"])  # non_harmful: borderline + benign
 
 
 @dataclass
@@ -64,6 +78,12 @@ class Params:
     noise_quantile: float = 0.95
     similarity_thresholds: list[float] = field(default_factory=lambda: [0.0, 0.8, 0.85, 0.9])
     paraphraser: str | None = None     # hook: a capable model under models rewrites the bodies (GPU only)
+    reference_frame: str = "N"         # the GEE's reference level (the contrasts do not depend on it)
+    cov_type: str = "mancl_derouen"    # cluster-robust SEs: mancl_derouen (small-sample) | liang_zeger
+    t_below_clusters: int = 50         # t(G - 1) (F(q, G - 1) for joint tests) below this many clusters; 0 = never
+    interaction_reference: str = ""    # the reference instruct model of the model x frame tests ("" = none)
+    base_of: dict[str, str] = field(default_factory=dict)  # base model -> its instruct model (H3)
+    confirmatory: ConfirmatoryParams = field(default_factory=ConfirmatoryParams)
 
 
 def reference(fr: Params) -> str:
@@ -97,6 +117,47 @@ def check(p, where: str) -> None:
     need(0 < fr.noise_quantile < 1, where, "frames.noise_quantile", "a number in (0, 1)", fr.noise_quantile)
     need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
          "null or a model named under models", fr.paraphraser)
+    check_confirmatory(fr, where)
+
+
+def judge_kinds(fr: Params) -> dict[str, str]:
+    """The judges this study runs (name -> kind)."""
+    return {"outcome": "outcome", fr.second_judge: "refusal", "learned_harmful": "harmful"}
+
+
+def check_confirmatory(fr: Params, where: str) -> None:
+    """The declared family and the settings of its tests (one clear error, before any generation)."""
+    from .analysis import EMITS, SUBSETS, declared_family
+
+    need(fr.reference_frame in fr.frames, where, "frames.reference_frame", f"one of the frames {sorted(fr.frames)}",
+         fr.reference_frame)
+    need(fr.cov_type in ("mancl_derouen", "liang_zeger"), where, "frames.cov_type", "mancl_derouen or liang_zeger",
+         fr.cov_type)
+    need(fr.t_below_clusters >= 0, where, "frames.t_below_clusters", "an integer >= 0", fr.t_below_clusters)
+    need(not fr.interaction_reference or fr.interaction_reference in fr.models, where, "frames.interaction_reference",
+         f"empty or a model of frames.models {fr.models}", fr.interaction_reference)
+    for base, instruct in fr.base_of.items():
+        need(base in fr.models, where, f"frames.base_of.{base}", f"a base model of frames.models {fr.models}", base)
+        need(instruct in fr.models and instruct != base, where, f"frames.base_of.{base}",
+             f"its instruct model, another model of frames.models {fr.models}", instruct)
+    c, kinds = fr.confirmatory, judge_kinds(fr)
+    for j in c.judges:
+        need(j in kinds, where, "frames.confirmatory.judges", f"judges this study runs {sorted(kinds)}", j)
+    for o in c.outcomes:
+        emitted = sorted(set().union(*(EMITS[kinds[j]] for j in c.judges)))
+        need(o in emitted, where, "frames.confirmatory.outcomes",
+             f"an outcome the declared judges {c.judges} emit {emitted}", o)
+    for k in c.contrasts:
+        parts = k.split("-")
+        need(len(parts) == 2 and parts[0] != parts[1] and set(parts) <= set(fr.frames), where,
+             "frames.confirmatory.contrasts", f"'X-Y' with X and Y two different frames of {sorted(fr.frames)}", k)
+    for m in c.models:
+        need(m in fr.models, where, "frames.confirmatory.models", f"models of frames.models {fr.models}", m)
+    for sub in c.subsets:
+        need(sub in SUBSETS, where, "frames.confirmatory.subsets", f"subsets among {sorted(SUBSETS)}", sub)
+    need(len(declared_family(fr, kinds)) > 0, where, "frames.confirmatory",
+         "a family with at least one test (judges x outcomes x subsets x (models x contrasts + interactions + base_of))",
+         {"judges": c.judges, "outcomes": c.outcomes, "contrasts": c.contrasts, "models": c.models, "subsets": c.subsets})
 
 
 def preflight(p, models) -> None:
@@ -269,7 +330,7 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
 
     fr = p.studies[NAME]
     replies = generations.rename(columns={"request": "prompt"})
-    chosen = [OutcomeJudge()] + [j for j in judges.build(p, models.load) if j.name == fr.second_judge]
+    chosen = [OutcomeJudge()] + [j for j in judges.build(p, models.load) if j.name in (fr.second_judge, "learned_harmful")]
     return judges.judge_replies(chosen, replies).assign(study=NAME)
 
 
@@ -365,11 +426,18 @@ def summary(p, stage: str, table) -> list:
     if stage == "judge":
         return [table.groupby(["judge", "label"]).size().unstack(fill_value=0)]
     if stage == "analyse":
-        c = table["contrasts"]
-        return [flag, "Frame contrasts (mean Delta over items, cluster-bootstrap 95 % CI) and the paraphrase-noise "
-                "band:", c[c["subset"] == "all"].round(3), table["noise_band"].round(3),
-                "GEE frame terms (Mancl-DeRouen SEs, Holm across the family):", table["gee"].round(4),
-                "Model x frame interaction:", table["interaction"].round(4)]
+        from .analysis import verdicts
+
+        c, conf = table["contrasts"], table["confirmatory"]
+        shown = ["outcome", "subset", "model", "contrast", "family", "delta", "estimate", "ci_lo", "ci_hi", "p",
+                 "p_holm", "significant", "noise_margin", "beyond_noise", "status"]
+        return [flag, "Frame contrasts (mean Delta over items, cluster-bootstrap 95 % CI):", c[c["subset"] == "all"].round(3),
+                f"Confirmatory table (`stats/frames/confirmatory.csv`; {fr.cov_type} SEs; definitions in "
+                "`studies/frames/DEFINITIONS.md`):", conf[conf["confirmatory"]][shown].round(4),
+                "Reversals (items against the model's overall sign; items whose sign differs between paraphrases):",
+                table["reversals"], "The paraphrase-noise test's measured size and power at this run's item count:",
+                table["noise_simulation"].round(3), "**Verdicts** (confirmatory family):",
+                "\n".join(f"- {v}" for v in verdicts(conf, p.stats.alpha))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
