@@ -33,7 +33,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from . import progress, retention
-from .attention import attention_hook
+from .attention import attention_hook, layer_scales
+from .models import attention_span
 from .retention import Prefill, RetentionPolicy
 from .store import ShardStore, shard_key
 
@@ -103,10 +104,14 @@ def prefill(model, input_ids: list[int], capture_window: int = 0, reuse: Prefill
         start = start if start >= MIN_SHARED_PREFIX else 0
     ids = torch.tensor([input_ids[start:]], device=model.device)
     scores: list[torch.Tensor] = []
+    scales = layer_scales(model) if capture_window else {}
 
     def record(layer_idx, query, key, mask):
         if query.shape[2] == n - start and key.shape[2] == n:
-            scores.append(retention.window_scores(query.float(), key.float(), capture_window)[0].cpu())
+            scaling, softcap = scales.get(layer_idx, (None, None))
+            if scaling is not None and math.isclose(scaling, query.shape[-1] ** -0.5, rel_tol=1e-6):
+                scaling = None  # the standard scale, computed as before (bit-identical selections)
+            scores.append(retention.window_scores(query.float(), key.float(), capture_window, scaling, softcap)[0].cpu())
 
     with attention_hook(model, record) if capture_window else nullcontext():
         # logits of the last position only: all of them would cost a vocabulary-sized matmul per position
@@ -365,7 +370,7 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         decodings = [Decoding(0.0, 0, 1)]
     longest = int(prompts["prompt_tokens"].max()) if len(prompts) else 0
     batch_rows = resolve_batch_rows(batch_rows, model, longest + max(d.max_new_tokens for d in decodings))
-    context = getattr(model.config, "max_position_embeddings", None)
+    context = attention_span(model.config)
     check_plan(prompts, policies_of, context, max(d.max_new_tokens for d in decodings))
     if answer_cue:
         choice_ids = [tokenizer.encode(" " + c, add_special_tokens=False)[-1] for c in answer_cue[1]]

@@ -131,16 +131,51 @@ def check_models(p, pool: "Pool") -> None:
             raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
 
 
-def context_window(spec: ModelSpec) -> int | None:
-    """The model's maximum number of positions, read from its config (no weights loaded)."""
+def load_config(spec: ModelSpec):
+    """The model's config (no weights), read offline."""
     from transformers import AutoConfig
 
     where = resolve(spec.source)
     try:
-        cfg = AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+        return AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot read its config offline ({e})") from None
-    return getattr(cfg, "max_position_embeddings", None)
+
+
+def sliding_window(cfg) -> int | None:
+    """The window of the model's sliding-window attention layers (Gemma 2, OLMo 3), or None without any."""
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return getattr(cfg, "sliding_window", None)
+    return None
+
+
+def attention_span(cfg) -> int | None:
+    """The positions a prompt plus its new tokens may take: the model's maximum, and no more than its
+    sliding window where it has sliding-window layers. The engine's evicted and left-padded caches
+    index positions by cache slot, which a sliding-window mask would misread beyond the window, so
+    longer sequences are refused (never silently wrong)."""
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    limits = [x for x in (getattr(text, "max_position_embeddings", None), sliding_window(cfg)) if x]
+    return min(limits) if limits else None
+
+
+def context_window(spec: ModelSpec) -> int | None:
+    """The positions the engine runs the model on (``attention_span``), read from its config."""
+    return attention_span(load_config(spec))
+
+
+def causal_class(cfg):
+    """The auto class that loads ``cfg`` as a model generating text from token ids: AutoModelForCausalLM,
+    or for a multimodal checkpoint whose text model transformers loads only with its vision tower
+    (Mistral-Small-3.2: Mistral3ForConditionalGeneration) AutoModelForImageTextToText, run on text alone."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+    if cfg.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
 
 
 def load_tokenizer(spec: ModelSpec):
@@ -192,7 +227,8 @@ def load(spec: ModelSpec, device: str | None = None):
         kwargs["device_map"] = {"": device}
     try:
         with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(where.directory, **kwargs)
+            auto = AutoModelForCausalLM if spec.quantization != "none" or where.gguf_file else causal_class(load_config(spec))
+            model = auto.from_pretrained(where.directory, **kwargs)
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None
     if spec.adapter:

@@ -1,7 +1,8 @@
 """Prompt construction: chat-template rendering with an exact-length neutral filler.
 
 A prompt is its token ids. The kv prompt is ``system safety text`` (optional) as the system turn,
-and ``filler + "\\n\\n" + query`` as the user turn, rendered with the model's own chat template.
+and ``filler + "\\n\\n" + query`` as the user turn, rendered by ``chat.render`` (the model's own chat
+template; its rules for a template without a system role and a base model without a template).
 The filler is the neutral text in ``data/filler/neutral.txt`` (repeated as needed) cut to exactly
 ``filler_tokens`` tokens of the model's own tokenizer: the ids are spliced into the rendered
 template, so the count is exact by construction and ``prompt_tokens`` is the true length.
@@ -16,6 +17,7 @@ import hashlib
 
 import pandas as pd
 
+from . import chat
 from .paths import DATA_DIR
 
 FILLER_FILE = DATA_DIR / "filler" / "neutral.txt"
@@ -37,10 +39,12 @@ def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0
     if filler_tokens < 0:
         raise ValueError(f"filler_tokens must be >= 0, got {filler_tokens}")
     user = f"{_SENTINEL}\n\n{query}" if filler_tokens else query
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = chat.render(tokenizer, chat.turn(system, user))
     if not filler_tokens:
         return tokenizer.encode(text, add_special_tokens=False)
+    if text.count(_SENTINEL) != 1:
+        raise chat.RenderError(f"the chat template does not render the user text exactly once (found the filler's "
+                               f"place {text.count(_SENTINEL)} times): the filler cannot be exact")
     before, after = text.split(_SENTINEL)
     return (tokenizer.encode(before, add_special_tokens=False) + filler_ids(tokenizer, filler_tokens, filler_offset)
             + tokenizer.encode(after, add_special_tokens=False))

@@ -145,20 +145,24 @@ def make(name: str, **kwargs) -> RetentionPolicy:
     return REGISTRY[name](**kwargs)
 
 
-def window_scores(query: torch.Tensor, key: torch.Tensor, window: int) -> torch.Tensor:
+def window_scores(query: torch.Tensor, key: torch.Tensor, window: int, scaling: float | None = None,
+                  softcap: float | None = None) -> torch.Tensor:
     """Attention of the last ``window`` queries over all keys, summed over the window and averaged
     over the query heads that share a KV head: ``[batch, kv_heads, keys]``.
 
     ``query`` is ``[batch, heads, m, d]``, the LAST ``m`` positions of an ``n``-token prompt
     (``m = n`` for a plain prefill, ``m < n`` when a cached prefix was reused), and ``key`` is
-    ``[batch, kv_heads, n, d]`` (post-rotary).
+    ``[batch, kv_heads, n, d]`` (post-rotary). ``scaling`` (default ``1 / sqrt(d)``) and ``softcap``
+    are the model's own (Granite scales by its attention multiplier, Gemma 2 soft-caps).
     """
     b, h, m, d = query.shape
     kv, n = key.shape[1], key.shape[2]
     w = min(window, m)
     q = query[:, :, m - w:]
     k = key.repeat_interleave(h // kv, dim=1)
-    logits = q @ k.transpose(-1, -2) / math.sqrt(d)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(d) if scaling is None else (q @ k.transpose(-1, -2)) * scaling
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
     causal = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]
     logits = logits.masked_fill(causal, float("-inf"))
     attn = logits.softmax(dim=-1).sum(dim=2)  # [b, h, n]

@@ -1,0 +1,269 @@
+"""Every model family the paper params name, on tiny random-weight stand-ins loaded offline by their
+real hub ids from a temporary Hugging Face cache (tests/standins.py): loading, the engine's retention
+against ``generate`` and the masked-attention reference, seeded sampling, every study's rendering,
+and ``make check`` on every paper params file."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import standins
+from refusal_audit import chat, families, generation, models, prompts, retention
+from refusal_audit.config import ModelSpec
+from refusal_audit.paths import ROOT
+from refusal_audit.studies.confusion import user_span
+from refusal_audit.studies.frames import wrapper as W
+from test_retention import SETTINGS, masked_reference_logits
+
+SYSTEM = "You are a careful assistant. Refuse harmful requests."
+QUERY = "Describe how a town library organises its catalogue."
+ENGINE = sorted(standins.ENGINE_IDS)  # one hub id per family
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    """A Hugging Face cache holding a stand-in under every hub id the paper params name (read offline)."""
+    import huggingface_hub.constants as hf
+
+    root = tmp_path_factory.mktemp("hf")
+    cache = root / "hub"
+    corpus = prompts.FILLER_FILE.read_text()
+    for i, hub_id in enumerate(standins.HUB_IDS):
+        standins.write_cache(cache, hub_id, corpus, seed=i)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HOME", str(root))
+        mp.setenv("HF_HUB_CACHE", str(cache))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setattr(hf, "HF_HUB_CACHE", str(cache))
+        mp.setattr(hf, "HF_HUB_OFFLINE", True)
+        yield cache
+
+
+_loaded: dict = {}
+
+
+def load(hub, family):
+    """(model, tokenizer) of the family's stand-in, through the same ``models.load`` as a paper run."""
+    if family not in _loaded:
+        _loaded[family] = models.load(ModelSpec(standins.ENGINE_IDS[family]), device="cpu")
+    return _loaded[family]
+
+
+@pytest.mark.parametrize("family", ENGINE)
+def test_loads_offline_by_hub_id(hub, family):
+    hub_id = standins.ENGINE_IDS[family]
+    model, tok = load(hub, family)
+    assert (hub / ("models--" + hub_id.replace("/", "--")) / "refs" / "main").is_file()
+    text_type = model.config.get_text_config().model_type
+    assert text_type == ("mistral" if family == "mistral3" else standins.FAMILIES[family].model_type)
+    assert chat.has_template(tok) == (standins.FAMILIES[family].template is not None)
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+
+
+def test_bfloat16_loads_on_cpu(hub):
+    model, _ = models.load(ModelSpec(standins.ENGINE_IDS["qwen2"], dtype="bfloat16"), device="cpu")
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def prompt(tok, filler=60):
+    return prompts.render_ids(tok, SYSTEM, QUERY, filler_tokens=filler)
+
+
+@pytest.mark.parametrize("family", ENGINE)
+def test_full_retention_equals_generate(hub, family):
+    model, tok = load(hub, family)
+    ids = prompt(tok)
+    ref = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    ref = ref[0, len(ids):].tolist()
+    pre = generation.prefill(model, ids, capture_window=8)
+    for name in retention.REGISTRY:
+        keep = retention.make(name, keep_ratio=1.0, **SETTINGS.get(name, {})).select(pre)
+        assert keep is None
+        tokens, _ = generation.decode_greedy(model, pre, keep, 8, set())
+        assert tokens == ref, name
+
+
+@pytest.mark.parametrize("family", ENGINE)
+@pytest.mark.parametrize("name", [n for n in retention.REGISTRY if n != "full"])
+def test_every_policy_equals_its_masked_reference(hub, family, name):
+    model, tok = load(hub, family)
+    ids = prompt(tok)
+    policy = retention.make(name, keep_ratio=0.3, **SETTINGS.get(name, {}))
+    pre = generation.prefill(model, ids, capture_window=16)
+    keep = policy.select(pre)
+    assert keep.shape[-1] == round(0.3 * len(ids))
+    tokens, _ = generation.decode_greedy(model, pre, keep, 5, set())
+    cache, ours = retention.evict(pre.cache, keep), []
+    for i, t in enumerate(tokens[:4]):
+        ours.append(generation.step(model, cache, [t], pre.length + i))
+    ref = masked_reference_logits(model, ids + tokens[:4], len(ids), keep)[len(ids):]
+    assert (torch.stack(ours) - ref).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("family", ENGINE)
+def test_sampled_grid_is_reproducible_under_its_seed(hub, family):
+    model, tok = load(hub, family)
+    ids = prompt(tok, filler=20)
+    pre = generation.prefill(model, ids)
+    grid = generation.decoding_grid([0.0, 0.8], [0, 1], 6)
+
+    def draw(order):
+        rows = [generation.Row(retention.evict(pre.cache, None), pre.length, pre.last_logits, d, sample_key="k")
+                for d in order]
+        out = generation.decode(model, rows, set())
+        return {d: toks for d, (toks, _) in zip(order, out)}
+
+    first, again = draw(grid), draw(grid[::-1])
+    assert first == again  # same seed, same tokens, whatever the batch order
+    assert first[grid[1]] != first[grid[2]]  # two seeds at T = 0.8 draw differently
+
+
+@pytest.mark.parametrize("family", ["gemma2", "olmo3"])
+def test_sliding_window_families_refuse_what_exceeds_the_window(hub, family):
+    model, tok = load(hub, family)
+    window = models.sliding_window(model.config)
+    assert window and models.attention_span(model.config) == window
+    assert models.context_window(ModelSpec(standins.ENGINE_IDS[family])) == window
+    long = pd_prompts(tok, window)
+    with pytest.raises(ValueError, match="context window"):
+        generation.check_plan(long, lambda r: [retention.make("full")], window, 8)
+
+
+def pd_prompts(tok, n_tokens):
+    import pandas as pd
+
+    ids = prompt(tok, filler=n_tokens)
+    return pd.DataFrame([{"prompt_id": "p", "item_id": "i", "prompt_tokens": len(ids)}])
+
+
+def test_soft_capping_is_applied(hub):
+    """Gemma 2's attention soft-cap, with attention logits large enough for it to bite (query and key
+    weights scaled up): the engine's hooked attention equals the family's own eager attention, and
+    differs from the uncapped attention."""
+    import copy
+
+    model, tok = load(hub, "gemma2")
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(40)
+            layer.self_attn.k_proj.weight.mul_(40)
+    ids = prompt(tok, filler=10)
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        reference = eager(input_ids=torch.tensor([ids])).logits[0, -1]
+    ours = generation.prefill(model, ids, capture_window=4).last_logits
+    assert (ours - reference).abs().max() < 1e-4
+    for layer in model.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+    uncapped = generation.prefill(model, ids, capture_window=4).last_logits
+    assert (uncapped - reference).abs().max() > 1e-2
+
+
+# --- rendering ------------------------------------------------------------------------------------
+RENDER = sorted(standins.FAMILIES)
+
+
+@pytest.fixture(scope="session")
+def tokenizers(hub):
+    out = {}
+    for family in RENDER:
+        hub_id = next(h for h, f in standins.HUB_IDS.items() if f == family)
+        out[family] = models.load_tokenizer(ModelSpec(hub_id))
+    return out
+
+
+@pytest.mark.parametrize("family", RENDER)
+def test_every_study_renders(tokenizers, family):
+    tok = tokenizers[family]
+    base = not chat.has_template(tok)
+    # kv: the exact filler, with and without the system text (folded where the template has no system role)
+    for system in (SYSTEM, None):
+        families.check_rendering("kv", tok, {"system": system}) if not base else None
+        text = chat.render(tok, chat.turn(system, QUERY))
+        assert QUERY in text and (system is None or SYSTEM in text)
+    # frames: frame locality under the default wrapper, for every body shape
+    for body in (QUERY, "Answer with one word.\nWhat is 2 + 2?"):
+        ids = W.check_locality(tok, W.DEFAULT_WRAPPER, W.DEFAULT_FRAMES, body, family)
+        assert len(set(map(tuple, ids.values()))) == len(W.DEFAULT_FRAMES)
+    if base:
+        for study in ("kv", "confusion", "policy"):
+            with pytest.raises(RuntimeError, match="base model"):
+                families.check_rendering(study, tok, {"system": None, "risk_name": None})
+        return
+    # confusion: the user's span is found in the prompt
+    built = prompts.render_ids(tok, SYSTEM, QUERY)
+    assert user_span(tok, SYSTEM, built)[1] <= len(built)
+    # policy: the guard's template (Granite Guardian with its guardian_config)
+    families.check_rendering("policy", tok, {"system": None, "risk_name": "harm" if family == "granite_guardian" else None})
+
+
+def test_system_role_rules(tokenizers):
+    gemma, base = tokenizers["gemma2"], tokenizers["olmo3_base"]
+    with pytest.raises(Exception, match="System role not supported"):
+        gemma.apply_chat_template(chat.turn(SYSTEM, QUERY), tokenize=False)
+    assert chat.render(gemma, chat.turn(SYSTEM, QUERY)) == chat.render(gemma, chat.turn(None, SYSTEM + "\n\n" + QUERY))
+    assert chat.render(base, chat.turn(SYSTEM, QUERY)) == f"{SYSTEM}\n\nUser: {QUERY}\n\nAssistant:"
+    # a template that drops the system text (Qwen3Guard renders only the user's query) gets it folded in
+    assert SYSTEM in chat.render(tokenizers["qwen3guard"], chat.turn(SYSTEM, QUERY))
+
+
+# --- make check ---------------------------------------------------------------------------------
+PAPER = sorted((ROOT / "params" / "paper").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("params", PAPER, ids=[p.stem for p in PAPER])
+def test_make_check_knows_the_models(hub, params, capsys):
+    from refusal_audit.__main__ import main
+
+    assert main(["check", str(params)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "config and tokenizer not on this machine" not in out  # every model was found and checked
+    assert out.strip().endswith(("ok", "notes name)"))
+
+
+def test_make_check_notes_absent_models(tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants as hf
+
+    from refusal_audit.__main__ import main
+
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(tmp_path))
+    assert main(["check", str(ROOT / "params" / "paper" / "frames_roster.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "models.olmo-3-7b-base: config and tokenizer not on this machine" in out
+
+
+def write_params(tmp_path, text):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_make_check_refuses_a_base_model_in_kv(hub, tmp_path, capsys):
+    from refusal_audit.__main__ import main
+
+    src = (ROOT / "params" / "paper" / "kv_qwen2.5-3b-instruct.yaml").read_text()
+    f = write_params(tmp_path, src.replace("source: Qwen/Qwen2.5-3B-Instruct", "source: allenai/Olmo-3-1025-7B"))
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "models.qwen2.5-3b-instruct (allenai/Olmo-3-1025-7B)" in err and "base model" in err and str(f) in err
+
+
+def test_make_check_refuses_an_unproven_architecture(hub, tmp_path, capsys):
+    from refusal_audit.__main__ import main
+
+    cfg = hub / "models--google--gemma-2-9b-it" / "snapshots" / ("0" * 40) / "config.json"
+    import json
+
+    saved = cfg.read_text()
+    data = json.loads(saved)
+    try:
+        cfg.write_text(json.dumps(dict(data, model_type="gpt2", architectures=["GPT2LMHeadModel"])))
+        assert main(["check", str(ROOT / "params" / "paper" / "confusion_paraguard.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert "models.gemma-2-9b-it" in err and "'gpt2'" in err and "not one the engine's eviction is proven on" in err
+    finally:
+        cfg.write_text(saved)
