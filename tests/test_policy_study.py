@@ -343,3 +343,41 @@ def test_the_report_items_state_the_definitions_the_seed_floor_and_the_training_
     pd.DataFrame({"benchmark": ["harmbench_copyright"], "delta": [1.0], "phi_min": [0.0], "phi_median": [0.0],
                   "phi_max": [0.17], "ratio": [5.88]}).to_csv(folder / "sensitivity.csv", index=False)
     assert "| harmbench_copyright | 1.000 | 0.000 / 0.000 / 0.170 | 5.88 |" in study.reporting(p)["seed_floor"]
+
+
+def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_family():
+    """An arm without a benchmark (none of its rows clean there) leaves the test on the arms present
+    (k and n counted over them, no ValueError); the one-sided p is Holm-adjusted over the benchmarks
+    tested (statsmodels), the two-sided p is not."""
+    from statsmodels.stats.multitest import multipletests
+
+    rates = {"b1": {"A1": 0.9, "A2": 0.8, "B1": 0.1, "B2": 0.2, "B3": 0.3},
+             "b2": {"A1": 0.9, "B1": 0.1, "B2": 0.2, "B3": 0.3},            # A2 lacks b2
+             "b3": {"A1": 0.1, "A2": 0.2, "B1": 0.9, "B2": 0.8, "B3": 0.7}}
+    rows = [{"model": m, "seed": 0, "subset": "clean", "benchmark": b, "rate": r}
+            for b, d in rates.items() for m, r in d.items()]
+    t = analysis.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0).set_index("benchmark")
+    assert (t.loc["b2", "n"], t.loc["b2", "k"]) == (4, 1) and t.loc["b2", "p_greater"] == pytest.approx(1 / 4)
+    assert t.loc["b1", "p_greater"] == pytest.approx(1 / math.comb(5, 2)) and bool(t.loc["b1", "designated_take_top_k"])
+    assert t.loc["b3", "p_greater"] == pytest.approx(1.0)
+    expected = multipletests(t["p_greater"], method="holm")[1]
+    assert np.allclose(t["p_greater_holm"], expected)
+
+
+def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():
+    """kd_loss with row weights = the weighted mean of each row's tau^2 KL (by hand with scipy's
+    entropy); unit weights = the plain mean."""
+    from scipy.stats import entropy
+
+    g = np.random.default_rng(0)
+    s, t = g.normal(size=(5, 4)), g.normal(size=(5, 4))
+    w = np.array([1.0, 2.0, 0.5, 3.0, 1.0])
+    tau = 4.0
+    soft = lambda z: np.exp(z / tau) / np.exp(z / tau).sum(1, keepdims=True)  # noqa: E731
+    kl = np.array([entropy(soft(t)[i], soft(s)[i]) for i in range(5)])
+    import torch
+
+    st, tt = torch.tensor(s, dtype=torch.float64), torch.tensor(t, dtype=torch.float64)
+    assert float(arms.kd_loss(st, tt, tau)) == pytest.approx(kl.mean() * tau ** 2)
+    assert float(arms.kd_loss(st, tt, tau, torch.tensor(w))) == pytest.approx((w * kl).sum() / w.sum() * tau ** 2)
+    assert float(arms.kd_loss(st, tt, tau, torch.ones(5, dtype=torch.float64))) == pytest.approx(kl.mean() * tau ** 2)

@@ -218,6 +218,10 @@ def report(p, gpu: str = "h100") -> str:
     left_out = ("  not counted: model loading, the judges that run on CPU (keyword, learned), the policy arms' "
                 "training, the engine's Python overhead")
     lines += ["", "assumptions (an estimate, not a measurement):", tokens_note, cpu_note, gpu_note, left_out]
+    # a study's own planning notes (e.g. the policy study's disputed items and the power they give)
+    notes = [n for name in p.studies if hasattr(studies.module(name), "plan_notes")
+             for n in studies.module(name).plan_notes(p)]
+    lines += (["", "study notes:"] + [f"  {n}" for n in notes]) if notes else []
     return "\n".join(lines)
 
 

@@ -67,6 +67,7 @@ class HeadParams:
 class KdParams:
     tau: float = 4.0    # the paper's distillation temperature
     alpha: float = 0.5  # weight of the distillation term (1 - alpha on the hard labels)
+    weighting: str = "rows"  # rows: class weights on both terms (a class-balanced sampler); hard: hard-label term only
 
 
 @dataclass
@@ -123,6 +124,9 @@ def _default_arms() -> list[ArmParams]:
         ArmParams("E9_head_a16", recalibrate="head", base="E1_b_only", calibration=0.16),
         ArmParams("E10_head_a100", recalibrate="head", base="E1_b_only", calibration=1.0),
         ArmParams("E11_lora_a16", recalibrate="lora", base="E1_b_only", calibration=0.16),
+        # the head-only routes' equal-capacity counterparts on the other side of the contrast
+        ArmParams("E12_head_b16", recalibrate="head", base="E1_b_only", calibration=0.16, calibration_policy="b"),
+        ArmParams("E13_head_b100", recalibrate="head", base="E1_b_only", calibration=1.0, calibration_policy="b"),
     ]
 
 
@@ -138,6 +142,9 @@ class Params:
     lora: LoraParams = field(default_factory=LoraParams)
     arms: list[ArmParams] = field(default_factory=_default_arms)
     seed_recipes: list[str] = field(default_factory=lambda: ["E1_b_only", "E3_mix_a50", "E9_head_a16"])
+    # the arms of the confirmatory rank test (empty: every arm): arms whose capacity has a counterpart on
+    # the other side of the contrast (scratch students of one size; head-only refits under A and under B)
+    rank_arms: list[str] = field(default_factory=list)
     n_seeds: int = 3              # seeds per seed recipe (the run's seed, then seed + 1, ...)
     thresholds: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 0.9])
     policy_loaded: float = 0.05   # a benchmark is policy-loaded when A and B disagree on this share of its clean rows
@@ -164,6 +171,7 @@ def check(p, where: str) -> None:
          "epochs >= 1, batch_size >= 1, lr > 0", asdict(s.head))
     need(s.kd.tau > 0, where, "policy.kd.tau", "a number > 0", s.kd.tau)
     need(0 <= s.kd.alpha <= 1, where, "policy.kd.alpha", "a number in [0, 1]", s.kd.alpha)
+    need(s.kd.weighting in ("rows", "hard"), where, "policy.kd.weighting", "rows or hard", s.kd.weighting)
     lo = s.lora
     need(lo.r >= 1 and lo.alpha >= 1 and lo.epochs >= 1 and lo.batch_size >= 1 and lo.max_rows >= 1, where,
          "policy.lora", "r, alpha, epochs, batch_size, max_rows >= 1", asdict(lo))
@@ -194,6 +202,11 @@ def check(p, where: str) -> None:
          dict(zip(names, lasts)))
     need(bool(s.seed_recipes) and set(s.seed_recipes) <= set(names) and len(set(s.seed_recipes)) == len(s.seed_recipes),
          where, "policy.seed_recipes", f"a non-empty list of distinct arm names ({names})", s.seed_recipes)
+    ranked = [a for a in s.arms if a.name in s.rank_arms] if s.rank_arms else list(s.arms)
+    need(set(s.rank_arms) <= set(names) and len(set(s.rank_arms)) == len(s.rank_arms), where, "policy.rank_arms",
+         f"distinct arm names ({names}); empty = every arm", s.rank_arms)
+    need(0 < [arms.last_signal(a) for a in ranked].count("a") < len(ranked), where, "policy.rank_arms",
+         "at least one arm whose last supervision signal is policy A and one whose is not", s.rank_arms)
     need(s.n_seeds >= 2, where, "policy.n_seeds", "an integer >= 2 (the seed floor)", s.n_seeds)
     need(bool(s.thresholds) and all(0 < t < 1 for t in s.thresholds), where, "policy.thresholds",
          "a non-empty list of numbers in (0, 1)", s.thresholds)
@@ -662,6 +675,30 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        f"p < {alpha} on {len(sig)} ({', '.join(sig['benchmark']) or 'none'}); family = the "
                        f"one-sided test on all {len(rank)} benchmarks.")
     return out
+
+
+def plan_notes(p) -> list[str]:
+    """``make plan``: the disputed items a verdict rests on (benchmark rows whose binary labels under A
+    and B differ, before the audit drops contaminated ones), their categories, the pool's binary
+    disagreement, and the disputed items a verdict needs for 80 % power at the params' alpha
+    (``stats.disputed_for_power``: the one-sided Fisher test of "behaves as B" against a guard's flag
+    rate of 0.10 on the items both policies call safe, for a guard that flags 30 %, 50 % or 90 % of the
+    disputed items)."""
+    from ... import stats
+
+    split = _pool(p)
+    bench = split[split["role"] == "benchmark"]
+    d = bench[bench["unsafe_a"] != bench["unsafe_b"]]
+    n_safe = int((~bench["unsafe_a"] & ~bench["unsafe_b"]).sum())
+    alpha = p.stats.alpha
+    cats = d.groupby(["benchmark", "rule_a", "rule_b"]).size()
+    need_n = {p1: stats.disputed_for_power(p1, 0.10, n_safe, alpha, 0.8) for p1 in (0.3, 0.5, 0.9)}
+    return [f"policy: {len(d)} disputed benchmark rows (before the audit) in {d['benchmark'].nunique()} benchmarks and "
+            f"{len(cats)} categories (benchmark x rule under A x rule under B); binary A/B disagreement on the pool "
+            f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",
+            "policy: disputed items needed for 80 % power at alpha = " + f"{alpha} (flag rate 0.10 on {n_safe} items "
+            "both call safe): " + ", ".join(f"{n} for a guard flagging {p1:.0%} of them" for p1, n in need_n.items()) +
+            f"; available: {len(d)}"]
 
 
 # --- make plan -----------------------------------------------------------------------------------------

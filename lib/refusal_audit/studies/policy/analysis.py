@@ -343,7 +343,8 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     arm_names = [a.name for a in s.arms]
     from .arms import last_signal
 
-    designated = [a.name for a in s.arms if last_signal(a) == "a"]
+    ranked = [a for a in s.arms if a.name in s.rank_arms] if s.rank_arms else list(s.arms)
+    designated = [a.name for a in ranked if last_signal(a) == "a"]
     score_table = scores(m, alpha)
     refs = references(items)
     sens = sensitivity(score_table, arm_names, list(s.seed_recipes), p_seed, items, s.policy_loaded)
@@ -357,7 +358,7 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "scores": score_table,
         "arms_by_benchmarks": arms_by_benchmarks(score_table, refs, p_seed, arm_names),
         "sensitivity": sens,
-        "rank_test": rank_tests(score_table, arm_names, designated, p_seed),
+        "rank_test": rank_tests(score_table, [a.name for a in ranked], designated, p_seed),
         "validation": val,
         "spearman": spearman_table(val),
         "disputed": disputed(m, p_seed),

@@ -14,7 +14,9 @@ per process and every frozen-encoder arm trains on the same cached embeddings.
 * a teacher (``teacher: a|b``): a larger guard (``teacher.hidden``) trained on one policy's hard
   labels; the student adds Hinton's distillation term on its soft labels over the four classes,
   ``loss = (1 - alpha) * CE(hard) + alpha * tau^2 * KL(softmax(t / tau) || softmax(s / tau))``,
-  tau = 4 (the paper's);
+  tau = 4 (the paper's); both terms weigh a row by its hard label's balanced class weight
+  (``kd.weighting: rows``, what the paper's class-balanced sampler does to both; ``hard``: the
+  hard-label term only, measured in ``benchmarks/policy_distillation.py``);
 * head-only recalibration (``recalibrate: head``): the ``base`` arm's model, body frozen, its head
   (hidden * 4 + 4 parameters: 516, 0.0023 % of encoder + guard at hidden 128) refitted by cross-entropy on
   a calibration set: a share ``calibration`` of the training rows under ``calibration_policy``'s
@@ -112,10 +114,13 @@ def class_weights(y: np.ndarray) -> torch.Tensor:
     return torch.tensor(w, dtype=torch.float32)
 
 
-def kd_loss(student: torch.Tensor, teacher: torch.Tensor, tau: float) -> torch.Tensor:
-    """tau^2 * KL(softmax(teacher / tau) || softmax(student / tau)), mean over rows (Hinton et al. 2015)."""
-    return F.kl_div(F.log_softmax(student / tau, dim=1), F.log_softmax(teacher / tau, dim=1),
-                    reduction="batchmean", log_target=True) * tau * tau
+def kd_loss(student: torch.Tensor, teacher: torch.Tensor, tau: float, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """tau^2 * KL(softmax(teacher / tau) || softmax(student / tau)), mean over rows (Hinton et al. 2015);
+    with ``weight`` (one per row), the weighted mean (rows weighted as the hard-label term weighs them)."""
+    kl = F.kl_div(F.log_softmax(student / tau, dim=1), F.log_softmax(teacher / tau, dim=1),
+                  reduction="none", log_target=True).sum(1)
+    mean = kl.mean() if weight is None else (weight * kl).sum() / weight.sum()
+    return mean * tau * tau
 
 
 def _batches(n: int, batch_size: int, gen: torch.Generator, lengths: torch.Tensor | None = None,
@@ -136,9 +141,14 @@ def _batches(n: int, batch_size: int, gen: torch.Generator, lengths: torch.Tenso
 
 
 def _fit(forward, params, x, y: np.ndarray, *, epochs: int, lr: float, batch_size: int, seed: int,
-         weight_decay: float = 0.0, soft: torch.Tensor | None = None, tau: float = 4.0, alpha: float = 0.0) -> None:
+         weight_decay: float = 0.0, soft: torch.Tensor | None = None, tau: float = 4.0, alpha: float = 0.0,
+         kd_weighting: str = "rows") -> None:
     """Minibatch AdamW on class-weighted cross-entropy (+ the distillation term when ``soft``).
-    ``x``: a tensor of inputs or a list of texts (``forward`` takes a slice of it)."""
+    ``x``: a tensor of inputs or a list of texts (``forward`` takes a slice of it). ``kd_weighting``:
+    ``rows`` weighs each row's distillation term by its hard-label class weight too (what a
+    class-balanced sampler does to both terms: the paper's recipe); ``hard``: the class weights on the
+    hard-label term only (a rare hard class, e.g. B's GENERIC_SAFE on the copyright rows, then
+    outweighs the teacher on exactly the rows where the two policies differ)."""
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(seed)
     target = torch.tensor(np.asarray(y), dtype=torch.long)
@@ -150,7 +160,8 @@ def _fit(forward, params, x, y: np.ndarray, *, epochs: int, lr: float, batch_siz
             logits = forward(x[idx] if isinstance(x, torch.Tensor) else [x[i] for i in idx.tolist()])
             loss = F.cross_entropy(logits, target[idx], weight=weight)
             if soft is not None:
-                loss = (1 - alpha) * loss + alpha * kd_loss(logits, soft[idx], tau)
+                rows = weight[target[idx]] if kd_weighting == "rows" else None
+                loss = (1 - alpha) * loss + alpha * kd_loss(logits, soft[idx], tau, rows)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -160,12 +171,13 @@ def labels_of(policy_labels: pd.Series) -> np.ndarray:
     return policy_labels.map(CLASSES.index).to_numpy(dtype=np.int64)
 
 
-def train_guard(x: torch.Tensor, y: np.ndarray, hidden: int, seed: int, opt, soft=None, tau=4.0, alpha=0.0) -> Guard:
+def train_guard(x: torch.Tensor, y: np.ndarray, hidden: int, seed: int, opt, soft=None, tau=4.0, alpha=0.0,
+                kd_weighting: str = "rows") -> Guard:
     """A fresh guard (initialised under ``seed``) trained on embeddings ``x`` and hard labels ``y``."""
     torch.manual_seed(seed)
     model = Guard(x.shape[1], hidden)
     _fit(model, list(model.parameters()), x, y, epochs=opt.epochs, lr=opt.lr, batch_size=opt.batch_size,
-         seed=seed, weight_decay=opt.weight_decay, soft=soft, tau=tau, alpha=alpha)
+         seed=seed, weight_decay=opt.weight_decay, soft=soft, tau=tau, alpha=alpha, kd_weighting=kd_weighting)
     return model.eval()
 
 
@@ -262,7 +274,7 @@ class Trainer:
                 with torch.no_grad():
                     soft = teacher(self.x)
             model = train_guard(self.x, y, self.s.student.hidden, seed, self.s.student, soft=soft,
-                                tau=self.s.kd.tau, alpha=self.s.kd.alpha)
+                                tau=self.s.kd.tau, alpha=self.s.kd.alpha, kd_weighting=self.s.kd.weighting)
             fitted = Fitted(model, None, n_params(model), n_params(model) + self._encoder_params())
         else:
             base = self.fit(arm.base, seed)
