@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             p = config.load(args.params)
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
+            from . import families
+
+            families.check_params(p, pool)  # each model's architecture and chat template, where it is local
             for note in dict.fromkeys(pool.notes):
                 print(f"{args.params}: note: {note}")
             print(f"{args.params}: ok" + (" (on a machine with what the notes name)" if pool.notes else ""))

@@ -21,8 +21,9 @@ def study_models(p) -> list[tuple[str, str, dict]]:
     """(study, model name, rendering settings) for every model a study of ``p`` renders prompts for."""
     out = []
     for study, s in p.studies.items():
-        if study == "kv":
-            out.append((study, s.model, {"system": s.system_prompt or None}))
+        if study == "kv":  # one model (kv.model) or several (kv.models)
+            names = ([s.model] if getattr(s, "model", None) else []) + list(getattr(s, "models", None) or [])
+            out += [(study, m, {"system": s.system_prompt or None}) for m in dict.fromkeys(names)]
         elif study == "frames":
             ref = s.reference_model or s.models[0]
             for m in list(dict.fromkeys(s.models + [ref])):

@@ -260,8 +260,9 @@ def user_span(tokenizer, system: str | None, ids: list[int]) -> tuple[int, int, 
     the template's tokens before and after the user turn, tokenised alone, must be the prompt's own
     first and last tokens; otherwise (a template that merges tokens across the boundary) the whole
     prompt, flagged False."""
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": _SENTINEL}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from ...chat import render, turn
+
+    text = render(tokenizer, turn(system, _SENTINEL))
     if text.count(_SENTINEL) != 1:
         return 0, len(ids), False
     before, after = (tokenizer.encode(t, add_special_tokens=False) for t in text.split(_SENTINEL))

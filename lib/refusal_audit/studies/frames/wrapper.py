@@ -70,8 +70,9 @@ def slot_span(wrapper: str, frame_text: str, body: str) -> tuple[str, str]:
 
 
 def chat_text(tokenizer, user: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                         add_generation_prompt=True)
+    from ...chat import render, turn
+
+    return render(tokenizer, turn(None, user))
 
 
 def check_locality(tokenizer, wrapper: str, frames: dict[str, str], body: str, what: str = "") -> dict[str, list[int]]:

@@ -132,11 +132,12 @@ def run_guard(model, tokenizer, convention: str, prompts: list[str], *, max_new_
     words = VERDICT_WORDS.get(convention)
     unsafe_ids = _verdict_token_ids(tokenizer, words[0]) if words else []
     safe_ids = _verdict_token_ids(tokenizer, words[1]) if words else []
+    from ...chat import render, turn
+
     kwargs = {"guardian_config": {"risk_name": risk_name}} if risk_name else {}
     rendered = []
     for p in prompts:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": p}]
-        rendered.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs))
+        rendered.append(render(tokenizer, turn(system, p), **kwargs))
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     texts, probs, lengths, counts, finish = [], [], [], [], []
