@@ -71,7 +71,10 @@ def test_the_pool_from_data_is_labelled_in_full(data_pool):
     copyright_rows = got[got["FunctionalCategory"] == "copyright"]
     assert (copyright_rows["label_a"] == "HARMFUL").all() and (copyright_rows["label_b"] == "GENERIC_SAFE").all()
     xs = got[got["dataset"] == "xstest"]
-    assert (xs["label_a"] == xs["label_b"]).all()
+    b_stricter = xs["type"].isin(["privacy_fictional", "real_group_nons_discr"])
+    assert (xs.loc[~b_stricter, "label_a"] == xs.loc[~b_stricter, "label_b"]).all()
+    assert (xs.loc[b_stricter, "label_a"] == "BOUNDARY_SAFE").all() and (xs.loc[b_stricter, "label_b"] == "HARMFUL").all()
+    assert b_stricter.sum() == 50
     assert ((xs["label"] == "safe") == (xs["label_a"] == "BOUNDARY_SAFE")).all()
     # every rule of a set in data/ labels at least one row
     for policy in P.POLICIES:
@@ -153,10 +156,18 @@ def test_definitions_md_matches_the_rules_and_the_data(data_pool):
 
 def test_the_policy_study_pool_with_simplesafetytests_and_moderation_is_labelled_in_full():
     """The two sets copied into data/ for the policy study: every row labelled, every rule used, the
-    disagreement DEFINITIONS.md states (303 of 3,663; 188 of the moderation set's 1,680)."""
+    disagreement DEFINITIONS.md states (353 of 3,663, 9.6 % binary: A stricter on 303, B on 50; 188 of the
+    moderation set's 1,680), over at least three harm categories and four benchmarks."""
     got = P.apply_policies(P.build_pool(include=P.DEFAULT_DATASETS + ("simplesafetytests", "openai_moderation")))
     assert len(got) == 3663 and got["item_id"].is_unique
-    assert int((got["label_a"] != got["label_b"]).sum()) == 303
+    assert int((got["label_a"] != got["label_b"]).sum()) == 353
+    assert int((got["unsafe_a"] & ~got["unsafe_b"]).sum()) == 303 and int((~got["unsafe_a"] & got["unsafe_b"]).sum()) == 50
+    assert round((got["unsafe_a"] != got["unsafe_b"]).mean(), 3) == 0.096
+    from refusal_audit.studies.policy import design
+
+    got["benchmark"] = [design.benchmark_of(r) for r in got.to_dict("records")]
+    disputed = got[got["unsafe_a"] != got["unsafe_b"]]
+    assert disputed["benchmark"].nunique() >= 4 and disputed.groupby(["rule_a", "rule_b"]).ngroups >= 3
     mod = got[got["dataset"] == "openai_moderation"]
     assert len(mod) == 1680 and int((mod["label_a"] != mod["label_b"]).sum()) == 188
     sst = got[got["dataset"] == "simplesafetytests"]

@@ -54,7 +54,7 @@ def test_a_guard_that_flags_everything_is_not_read_as_the_stricter_policy(rows):
     always = pd.DataFrame({"guard": "always_unsafe", "id": rows["item_id"], "unsafe": np.ones(n, bool)})
     never = pd.DataFrame({"guard": "never_unsafe", "id": rows["item_id"], "unsafe": np.zeros(n, bool)})
     t = verdict.verdicts(pd.concat([always, never]), rows, 0.05).set_index("guard")
-    assert t.loc["always_unsafe", "agree_a"] > 0.9  # A is the stricter policy on these items ...
+    assert t.loc["always_unsafe", "agree_a"] > 0.8  # A is the stricter policy on most of these items ...
     assert t["follows"].eq("undetermined").all()    # ... and still no verdict: it treats every item alike
 
 
