@@ -63,9 +63,12 @@ judge: $(VENV)/.installed
 audit: $(VENV)/.installed
 	$(PY) -m refusal_audit audit --pool "$(POOL)" --eval "$(EVAL)" --run "$(RUN)"
 
-# make confusion CLUSTERS=file.csv MODEL=name RUN=name: the confusion study on your own paraphrase clusters
+# make confusion CLUSTERS=file.csv MODELS=a,b RUN=name [DECISIONS=file.csv]: the confusion study on your own
+# paraphrase clusters -> results/<RUN>/ (summary with CIs, per-cluster table, figures, report.html); MODEL= is an
+# alias of MODELS=; DECISIONS= (id, decision ACCEPT/REJECT) skips generation
 confusion: $(VENV)/.installed
-	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --model "$(MODEL)" --run "$(RUN)" --params $(PARAMS)
+	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --models "$(or $(MODELS),$(MODEL))" --run "$(RUN)" \
+		--decisions "$(DECISIONS)" --params $(PARAMS)
 
 # make guard-items OUT=file.csv: every prompt a guard must score for the policy study's verdict (id, prompt,
 # benchmark; no labels). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and

@@ -7,7 +7,8 @@ knobs that weigh the teacher against the hard labels: where the balanced class w
 class-balanced sampler does), the distillation weight alpha and the temperature tau. Prints, per
 variant, the share of the clean held-out HarmBench-copyright rows (the largest disputed class: A
 HARMFUL, B GENERIC_SAFE) the student flags, its binary agreement with A on every disputed clean
-held-out row, and the teacher's. Usage (about a minute on two cores, most of it embedding):
+held-out row, and the teacher's. Usage (the 16 fits take about a minute on two cores after every text
+is embedded once; 15 min in all measured here, on a machine shared with three other jobs):
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/policy_distillation.py [params/default.yaml]
 """

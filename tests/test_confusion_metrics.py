@@ -66,24 +66,29 @@ def test_pair_signals_by_hand():
 
 
 def test_planted_pair_confusion_index_by_hand():
-    # p0 = a1 (accepted, sim .9 to r), p1 = a2 (accepted, identical signals to r, sim .8), p2 = r (rejected)
-    prompts = table(["c", "c", "c"], [True, True, False])
-    sim = sim_from({(0, 2): 0.9, (1, 2): 0.8, (0, 1): 0.7}, 3)
-    signals = [A1, R, R]
-    scored = M.score(prompts, sim, signals)
+    # p0 = a1 (accepted, cluster c, sim .9 to r), p1 = a2 (accepted, cluster d, identical signals to r,
+    # sim .8), p2 = r (rejected, cluster c), p3 = accepted filler of cluster d (sim .1 to r)
+    prompts = table(["c", "d", "c", "d"], [True, True, False, True])
+    sim = sim_from({(0, 2): 0.9, (1, 2): 0.8, (0, 1): 0.7}, 4, base=0.1)
+    signals = [A1, R, R, R]
+    scored = M.score(prompts, sim, signals)  # corpus scope, theta .70: a1 (own cluster) and a2 (.8) are events
     r = scored.iloc[2]
     assert r["ci"] == pytest.approx((CS + 0.0) / 2)  # identical pair contributes CS = 0
     assert r["drift"] == pytest.approx(DRIFT / 2) and r["shift"] == pytest.approx(SHIFT / 2)
     assert r["contrast"] == pytest.approx(CONTRAST / 2)
-    assert (r["n_neighbours"], r["n_events"], bool(r["confused"])) == (2, 1, True)  # only .9 > theta = .85
-    assert scored["ci"].iloc[:2].isna().all()  # accepted prompts carry no CI
+    assert (r["n_neighbours"], r["n_events"], bool(r["confused"])) == (3, 2, True)  # N_k holds the filler too
+    assert scored["ci"].drop(index=2).isna().all()  # accepted prompts carry no CI
+    strict = M.score(prompts, sim, signals, M.ConfusionParams(theta=0.85)).iloc[2]  # a2 at .8 no longer the same meaning
+    assert (strict["n_events"], strict["ci"]) == (1, pytest.approx(CS))
     only_nearest = M.score(prompts, sim, signals, M.ConfusionParams(k=1)).iloc[2]
     assert only_nearest["ci"] == pytest.approx(CS)
     drift_only = M.score(prompts, sim, signals, M.ConfusionParams(k=1, weights=(1, 0, 0))).iloc[2]
     assert drift_only["ci"] == pytest.approx(DRIFT)
+    in_cluster = M.score(prompts, sim, signals, M.ConfusionParams(scope="cluster")).iloc[2]
+    assert (in_cluster["n_neighbours"], in_cluster["n_events"], in_cluster["ci"]) == (1, 1, pytest.approx(CS))
     pairs = M.neighbour_pairs(prompts, sim, signals)
-    assert list(pairs["accepted_id"]) == ["p0", "p1"] and list(pairs["event"]) == [True, False]
-    assert pairs["cs"].tolist() == pytest.approx([CS, 0.0])
+    assert list(pairs["accepted_id"]) == ["p0", "p1", "p3"] and list(pairs["event"]) == [True, True, False]
+    assert pairs["cs"].tolist()[:2] == pytest.approx([CS, 0.0]) and np.isnan(pairs["cs"].iloc[2])
 
 
 def test_identical_prompts_give_zero_signals():
@@ -106,7 +111,7 @@ def test_cluster_without_contradictions_has_rate_zero_and_no_ci():
     sim = np.full((6, 6), 0.95)
     rng = np.random.default_rng(1)
     signals = [sig(rng.normal(size=(3, 4)), rng.dirichlet(np.ones(5)), -rng.exponential(size=2)) for _ in range(6)]
-    scored = M.score(prompts, sim, signals)
+    scored = M.score(prompts, sim, signals, M.ConfusionParams(scope="cluster"))
     assert scored["ci"].isna().all() and not scored["confused"].any()
     clusters = M.cluster_summary(scored).set_index("cluster")
     assert clusters.loc["acc", "confusion_rate"] == 0 and clusters.loc["rej", "confusion_rate"] == 0
@@ -114,24 +119,27 @@ def test_cluster_without_contradictions_has_rate_zero_and_no_ci():
     assert clusters.loc["rej", "frr"] == 1 and clusters.loc["acc", "frr"] == 0
     model = M.model_summary(clusters.reset_index()).iloc[0]
     assert model["confusion_rate"] == 0 and np.isnan(model["ci"]) and model["frr"] == 0.5
-    # in pool scope the same prompts do contradict each other (sim .95 across the two clusters)
-    pooled = M.cluster_summary(M.score(prompts, sim, signals, M.ConfusionParams(scope="pool"))).set_index("cluster")
+    # in corpus scope the same prompts do contradict each other (sim .95 >= theta across the two clusters)
+    pooled = M.cluster_summary(M.score(prompts, sim, signals)).set_index("cluster")
     assert pooled.loc["rej", "confusion_rate"] == 1 and pooled.loc["rej", "n_ci"] == 3
 
 
 def test_confusion_rate_and_summaries():
-    # cluster x: a0 accepted, r1 rejected (sim .9 to a0: event), r2 rejected (sim .6: no event)
-    # cluster y: a3, r4 (sim .95: event)
-    prompts = table(["x", "x", "x", "y", "y"], [True, False, False, True, False], model="m")
-    sim = sim_from({(0, 1): 0.9, (0, 2): 0.6, (1, 2): 0.6, (3, 4): 0.95}, 5, base=0.1)
+    # cluster x: a0 accepted, r1 rejected (sim .9), r2 rejected (sim .6: still an event, same cluster)
+    # cluster y: a3, r4 (sim .95); cluster z: r5, r6 rejected, r5 at .75 to a0 (an event across
+    # clusters in corpus scope), r6 at .5 (no event)
+    prompts = table(["x", "x", "x", "y", "y", "z", "z"], [True, False, False, True, False, False, False], model="m")
+    sim = sim_from({(0, 1): 0.9, (0, 2): 0.6, (1, 2): 0.6, (3, 4): 0.95, (0, 5): 0.75, (0, 6): 0.5}, 7, base=0.1)
     scored = M.score(prompts, sim)  # no signals: rate and depth only
     clusters = M.cluster_summary(scored).set_index("cluster")
-    assert clusters.loc["x", "confusion_rate"] == pytest.approx(0.5) and clusters.loc["y", "confusion_rate"] == 1
+    assert clusters["confusion_rate"].tolist() == [1.0, 1.0, 0.5]
     assert clusters["ci"].isna().all()
     model = M.model_summary(clusters.reset_index()).iloc[0]
-    assert model["model"] == "m" and model["confusion_rate"] == pytest.approx(2 / 3)  # pooled over rejections
-    assert model["frr"] == pytest.approx(3 / 5) and model["clusters_confused"] == 1.0
-    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist() == [0, 1, 1, 0, 1]
+    assert model["model"] == "m" and model["confusion_rate"] == pytest.approx(4 / 5)  # pooled over rejections
+    assert model["frr"] == pytest.approx(5 / 7) and model["clusters_confused"] == 1.0
+    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist() == [0, 1, 1, 0, 1, 1, 1]
+    in_cluster = M.cluster_summary(M.score(prompts, sim, params=M.ConfusionParams(scope="cluster")))
+    assert in_cluster["confusion_rate"].tolist() == [1.0, 1.0, 0.0]
 
 
 def test_depth_on_constructed_geometry():

@@ -172,3 +172,38 @@ def test_fisher_power_against_simulation_and_the_disputed_count():
     assert stats.fisher_power(15, 0.5, 200, 0.1, 0.05) == pytest.approx(sim, abs=0.03)
     n = stats.disputed_for_power(0.5, 0.1, 200, 0.05, 0.8)
     assert stats.fisher_power(n, 0.5, 200, 0.1) >= 0.8 > stats.fisher_power(n - 1, 0.5, 200, 0.1)
+
+
+def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, monkeypatch, pool_items, rows, capsys):
+    """The CLI route on a finished run's tables: a user file with two guards (A's labels with 10 %
+    flipped, coin flips) and one skipped item -> guard_verdict.csv, guard_scores.csv, the figure; a
+    bad file -> exit 2 and one message naming the file and row."""
+    from refusal_audit.__main__ import main
+
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    folder = paths.run_dir("mine")
+    (folder / "stats" / "policy").mkdir(parents=True)
+    pool_items.to_parquet(folder / "items.parquet")
+    items = verdict.design.own(pool_items)
+    m = pd.concat([items.assign(model=name, seed=s, kind="arm", last_signal=last, judge="loose",
+                                label=np.where(items[col].astype(bool), "harmful", "not_harmful"))
+                   for name, col, last, s in (("arm_a", "unsafe_a", "a", 0), ("arm_b", "unsafe_b", "b", 0),
+                                              ("arm_b", "unsafe_b", "b", 1))], ignore_index=True)
+    analysis.guard_verdicts(m, items, ["arm_b"], 0, 0.05).to_csv(folder / "stats" / "policy" / "guard_verdict.csv",
+                                                                index=False)
+    syn = verdict.synthetic(rows, seed=3)
+    mine = syn[syn["guard"] != "synthetic_B_flip10"].iloc[1:]  # one item skipped by the first guard
+    answers = pd.DataFrame({"guard": mine["guard"], "id": mine["id"],
+                            "verdict": np.where(mine["unsafe"], "unsafe", "safe")})
+    answers.to_csv(tmp_path / "answers.csv", index=False)
+    assert main(["guard-verdict", "--verdicts", str(tmp_path / "answers.csv"), "--run", "mine"]) == 0
+    t = pd.read_csv(folder / "guard_verdict.csv").set_index("guard")
+    assert t.loc["synthetic_A_flip10", "follows"] == "A" and t.loc["synthetic_coin", "follows"] == "undetermined"
+    assert t.loc["synthetic_A_flip10", "n_missing"] == 1 and t.loc["synthetic_coin", "n_missing"] == 0
+    assert t.loc["synthetic_A_flip10", "nearest_arm"] == "arm_a" and (t["n_arms"] == 2).all()
+    assert (folder / "guard_scores.csv").is_file() and (folder / "guard_verdict.png").is_file()
+    assert "follows **A**" in capsys.readouterr().out
+    answers.iloc[:3].assign(verdict=["safe", "unsafe", "perhaps"]).to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["guard-verdict", "--verdicts", str(tmp_path / "bad.csv"), "--run", "mine"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bad.csv'}: row 3 (line 4): verdict 'perhaps'" in err

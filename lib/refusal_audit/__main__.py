@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
     k = sub.add_parser("confusion", help="the confusion study on your own clusters (CSV: cluster_id, prompt[, id])")
     k.add_argument("--clusters", required=True)
-    k.add_argument("--model", required=True, help="a model name from params, a Hugging Face id, or a local path")
+    k.add_argument("--models", default="", help="comma-separated model names from params, Hugging Face ids or local paths")
+    k.add_argument("--model", default="", help="one model (an alias of --models)")
+    k.add_argument("--decisions", default="", help="CSV (id, decision ACCEPT/REJECT): skip generation, decisions only")
     k.add_argument("--run", required=True)
     k.add_argument("--params", default="params/default.yaml")
     gi = sub.add_parser("guard-items", help="every prompt a guard must score for the policy study's verdict (CSV: id, prompt, benchmark)")
@@ -87,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "confusion":
             from .studies.confusion import run_user_clusters
 
-            print(f"wrote {run_user_clusters(args.clusters, args.model, args.run, args.params)}")
+            names = [m for m in (args.models or args.model).split(",") if m.strip()]
+            print(f"wrote {run_user_clusters(args.clusters, names, args.run, args.params, args.decisions or None)}")
         elif args.cmd in ("guard-items", "guard-verdict"):
             from .studies import policy
 

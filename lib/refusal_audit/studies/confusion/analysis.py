@@ -8,14 +8,13 @@ below, with percentile bootstrap CIs over intents (clusters resampled with repla
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
 from ... import stats
 from ...judges import refused
 from . import metrics as M
+from . import neighbours as N
 
 # what the confusion study counts as a REJECT: a refusal judge's refusal (XSTest's scheme: full or
 # partial refusal). A harmful-compliance judge's "not_harmful" is NOT a rejection here (a helpful
@@ -58,20 +57,26 @@ def classifier_decisions(verdicts: pd.DataFrame) -> pd.DataFrame:
                          "accepted": ~verdicts["blocked"].astype("boolean").values})
 
 
-def pair_table(generations: pd.DataFrame) -> dict[str, dict[tuple[str, str], tuple]]:
-    """model -> {(accepted item, rejected item): (drift, shift, contrast)} from the generation rows'
-    ``confusion_pairs`` (row r holds the pairs (a, r) for every a in r's scope)."""
+def pair_table(generations: pd.DataFrame, table: pd.DataFrame,
+               cp: M.ConfusionParams) -> dict[str, dict[tuple[str, str], tuple]]:
+    """model -> {(accepted item, rejected item): (drift, shift, contrast)} from the run's pair table
+    (``pairs.py``) and the generation rows' ``signal_key`` and ``log_ppl``."""
+    from . import pairs
+
     out: dict[str, dict] = {}
-    for model, r, blob in zip(generations["model"], generations["item_id"], generations["confusion_pairs"]):
-        table = out.setdefault(model, {})
-        for a, values in json.loads(blob).items():
-            table[(a, r)] = tuple(values)
+    if "signal_key" not in generations:
+        return out
+    for model, g in generations.groupby("model", sort=True):
+        g = g.drop_duplicates("item_id")
+        out[model] = pairs.lookup(table, dict(zip(g["item_id"], g["signal_key"])),
+                                  dict(zip(g["item_id"], g["log_ppl"].astype(float))), cp)
     return out
 
 
 # --- scoring --------------------------------------------------------------------------------------------
-def similarity(items: pd.DataFrame) -> np.ndarray:
-    return M.cosine_matrix(np.stack(items["embedding"].to_numpy()))
+def similarity(items: pd.DataFrame) -> N.Similarity:
+    """Blocked similarities over the items' embeddings (never an n x n matrix)."""
+    return N.Similarity(embeddings=np.stack(items["embedding"].to_numpy()))
 
 
 def score_arm(items: pd.DataFrame, accepted: pd.Series, pairs: dict | None, cp: M.ConfusionParams) -> pd.DataFrame:
@@ -181,7 +186,7 @@ def summary(clusters: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> pd.
 def wide(summary_table: pd.DataFrame, group: str) -> pd.DataFrame:
     """One row per arm: each statistic's value and CI as columns (``frr``, ``frr_lo``, ...)."""
     s = summary_table[summary_table["group"] == group]
-    out = s.pivot_table(index=ARM, columns="statistic", values=["value", "ci_lo", "ci_hi"], aggfunc="first")
+    out = s.set_index(ARM + ["statistic"])[["value", "ci_lo", "ci_hi"]].unstack("statistic")  # keeps NaN CIs
     flat = pd.DataFrame(index=out.index)
     for stat in RATIOS:
         if ("value", stat) in out:
@@ -257,41 +262,46 @@ def planted_decisions(items: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([flip, consistent], ignore_index=True)
 
 
-def planted_expected(items: pd.DataFrame, theta: float) -> pd.DataFrame:
-    """The planted arms' answers, computed directly (loops over clusters, not through ``metrics``)."""
-    inc = items[items["included"]]
+def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int) -> pd.DataFrame:
+    """The planted arms' answers, computed directly: the full n x n cosine matrix and plain loops over
+    prompts (not through ``neighbours`` or ``metrics``), in ``scope`` with share depth."""
+    inc = items[items["included"]].reset_index(drop=True)
+    d = planted_decisions(inc)
+    e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    sim = e @ e.T
+    cluster = inc["cluster"].to_numpy()
     rows = []
-    flips, n_clusters = 0, 0
-    for _, c in inc.groupby("cluster", sort=True):
-        e = np.stack(c["embedding"].to_numpy()).astype(np.float64)
-        e /= np.linalg.norm(e, axis=1, keepdims=True)
-        r = int(np.argmax(c["member"].to_numpy()))
-        others = [i for i in range(len(c)) if i != r]
-        flips += int(max(float(e[r] @ e[i]) for i in others) > theta)
-        n_clusters += 1
-    sizes = inc.groupby("cluster", sort=True).size().to_numpy()
-    rejected_whole = sizes[0::2].sum()
-    rows += [("flip", "reject_rate", n_clusters / len(inc)), ("flip", "confusion_rate", flips / n_clusters),
-             ("flip", "depth", 1.0), ("consistent", "reject_rate", rejected_whole / len(inc)),
-             ("consistent", "confusion_rate", 0.0), ("consistent", "depth", 0.0)]
-    return pd.DataFrame(rows, columns=["judge", "statistic", "expected"])
+    for arm in ("flip", "consistent"):
+        acc = d.loc[d["judge"] == arm, "accepted"].to_numpy(dtype=bool)
+        confused, depths = [], []
+        for r in np.flatnonzero(~acc):
+            others = [j for j in range(len(inc)) if j != r and (scope == "corpus" or cluster[j] == cluster[r])]
+            confused.append(any(acc[j] and (cluster[j] == cluster[r] or sim[r, j] >= theta) for j in others))
+            ranked = sorted(others, key=lambda j: (-sim[r, j], j))[:depth_k]
+            depths.append(np.mean([acc[j] for j in ranked]))
+        rows += [(arm, "reject_rate", float(np.mean(~acc))), (arm, "confusion_rate", float(np.mean(confused))),
+                 (arm, "depth", float(np.mean(depths)))]
+    return pd.DataFrame(rows, columns=["judge", "statistic", "expected"]).assign(scope=scope)
 
 
 def planted(items: pd.DataFrame, pairs: dict | None, cp: M.ConfusionParams, n_boot: int, seed: int,
             alpha: float) -> pd.DataFrame:
     """The planted arms through the study's own scoring (``score_decisions`` and the bootstrap
-    summaries, in cluster scope with share depth, where the answers are known), beside the answers
-    computed directly. ``match``: equal to 1e-9."""
+    summaries, share depth) at both scopes, beside the answers computed directly. ``match``: equal to 1e-9."""
     from dataclasses import replace
 
-    cp = replace(cp, scope="cluster", depth_method="share")
-    _, clusters = score_decisions(items, planted_decisions(items), {"planted": pairs} if pairs else {}, cp)
-    got = summary(clusters.assign(label="all"), n_boot, seed, alpha)
-    exp = planted_expected(items, cp.theta)
-    out = exp.merge(got[["judge", "statistic", "value", "ci_lo", "ci_hi"]], on=["judge", "statistic"], how="left")
-    out = out.rename(columns={"value": "recovered", "judge": "arm"})
+    parts = []
+    for scope in M.SCOPES:
+        sp = replace(cp, scope=scope, depth_method="share")
+        _, clusters = score_decisions(items, planted_decisions(items), {"planted": pairs} if pairs else {}, sp)
+        got = summary(clusters.assign(label="all"), n_boot, seed, alpha)
+        exp = planted_expected(items, sp.theta, scope, sp.depth_k)
+        parts.append(exp.merge(got[["judge", "statistic", "value", "ci_lo", "ci_hi"]], on=["judge", "statistic"],
+                               how="left"))
+    out = pd.concat(parts, ignore_index=True).rename(columns={"value": "recovered", "judge": "arm"})
     out["match"] = (out["expected"] - out["recovered"]).abs() < 1e-9
-    return out
+    return out[["scope", "arm", "statistic", "expected", "recovered", "ci_lo", "ci_hi", "match"]]
 
 
 # --- gates ----------------------------------------------------------------------------------------------------

@@ -97,10 +97,10 @@ def frr_vs_rate(table: pd.DataFrame, planted: pd.DataFrame | None, text: str):
                     yerr=[[r["confusion_rate"] - r["confusion_rate_lo"]], [r["confusion_rate_hi"] - r["confusion_rate"]]],
                     fmt=markers[r["model"]], color=colours[r["judge"]], capsize=2, lw=0.8, ms=5)
     if planted is not None and len(planted):
-        for arm, g in planted.groupby("arm"):
+        for (scope, arm), g in planted.groupby(["scope", "arm"]):
             v = g.set_index("statistic")["recovered"]
             ax.plot(v["reject_rate"], v["confusion_rate"], marker="o", mfc="none", mec="0.3", ls="none", ms=7)
-            ax.annotate(f"planted {arm}", (v["reject_rate"], v["confusion_rate"]), fontsize=6, xytext=(4, 4),
+            ax.annotate(f"planted {arm} ({scope})", (v["reject_rate"], v["confusion_rate"]), fontsize=6, xytext=(4, 4),
                         textcoords="offset points", color="0.3")
     handles = ([plt.Line2D([], [], color=colours[j], marker="o", ls="none", label=j) for j in judges_]
                + [plt.Line2D([], [], color="0.3", marker=markers[m], ls="none", label=m) for m in models])

@@ -1,0 +1,130 @@
+"""Exact nearest-neighbour search over a prompt corpus, in blocks of rows (numpy only).
+
+Similarities are cosines of unit-normalised embeddings, computed one block of query rows at a time
+(``block`` x n), so the n x n matrix is never held: at n = 10,000 and block 512 a block is 20 MB
+of float32. Exact search is fast enough at the paper's scale (``benchmarks/confusion_scale.py``
+measures it), so no approximate index (faiss, hnswlib) is used.
+
+Ties: among equally similar candidates the earlier row of the table ranks first (stable order).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK = 512
+
+
+class Similarity:
+    """Rows of a similarity matrix on demand: from embeddings (normalised here; blocked products)
+    or from a given n x n matrix (hand-built cases in tests)."""
+
+    def __init__(self, matrix: np.ndarray | None = None, embeddings: np.ndarray | None = None):
+        if (matrix is None) == (embeddings is None):
+            raise ValueError("give a similarity matrix or embeddings, not both or neither")
+        if embeddings is not None:
+            e = np.asarray(embeddings, dtype=np.float32)
+            norms = np.linalg.norm(e, axis=1, keepdims=True)
+            if e.ndim != 2 or np.any(norms == 0) or not np.all(np.isfinite(e)):
+                raise ValueError("embeddings must be a finite 2-D array with no all-zero row")
+            self.unit, self.matrix, self.n = e / norms, None, len(e)
+        else:
+            m = np.asarray(matrix, dtype=np.float64)
+            if m.ndim != 2 or m.shape[0] != m.shape[1]:
+                raise ValueError(f"a similarity matrix must be square, got shape {m.shape}")
+            self.unit, self.matrix, self.n = None, m, len(m)
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """sim[index, :] as float64, clipped to [-1, 1]."""
+        if self.matrix is not None:
+            return np.clip(self.matrix[index], -1.0, 1.0)
+        return np.clip((self.unit[index] @ self.unit.T).astype(np.float64), -1.0, 1.0)
+
+    def pair(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """sim[i, j] elementwise."""
+        if self.matrix is not None:
+            return np.clip(self.matrix[i, j], -1.0, 1.0)
+        return np.clip(np.einsum("ij,ij->i", self.unit[i], self.unit[j]).astype(np.float64), -1.0, 1.0)
+
+
+def as_similarity(sim) -> Similarity:
+    return sim if isinstance(sim, Similarity) else Similarity(matrix=sim)
+
+
+def top(values: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the (at most) k largest ``values`` where ``allowed``, largest first, ties in index order."""
+    idx = np.flatnonzero(allowed)
+    if len(idx) > k:  # keep every candidate tied with the k-th value, then order them exactly
+        v = values[idx]
+        kth = np.partition(v, len(v) - k)[len(v) - k]
+        idx = idx[v >= kth]
+    return idx[np.argsort(-values[idx], kind="stable")[:k]]
+
+
+def blocks(rows: np.ndarray, sim: Similarity, block: int = BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(row indices, their similarity rows) in blocks."""
+    for start in range(0, len(rows), block):
+        chunk = rows[start:start + block]
+        yield chunk, sim.rows(chunk)
+
+
+def scope_mask(i: int, clusters: np.ndarray, scope: str) -> np.ndarray:
+    """The prompts that may be row i's neighbours: its cluster ("cluster") or the whole corpus ("corpus"); never i."""
+    mask = clusters == clusters[i] if scope == "cluster" else np.ones(len(clusters), dtype=bool)
+    mask[i] = False
+    return mask
+
+
+def same_meaning(i: int, row: np.ndarray, clusters: np.ndarray, theta: float) -> np.ndarray:
+    """Prompts of the same meaning as row i (DEFINITIONS.md, "one notion of same meaning"): its own
+    cluster (every member passed the gate against the same seed) or cosine >= theta (= the gate's tau)."""
+    return (clusters == clusters[i]) | (row >= theta)
+
+
+@dataclass
+class Neighbourhood:
+    """What the metrics need of one rejected prompt (indices into the table)."""
+
+    nearest_accepted: np.ndarray  # N_k(r): the k most similar accepted prompts in scope
+    events: np.ndarray  # E_k(r): the k most similar accepted prompts in scope of the same meaning
+    n_events: int  # accepted prompts in scope of the same meaning (all of them, not only k)
+    depth_neighbours: np.ndarray  # the depth_k most similar prompts in scope, any decision
+    nearest_accepted_sim: float  # max sim to an accepted prompt in scope (NaN if none)
+    nearest_rejected_sim: float  # max sim to another rejected prompt in scope (-1 if none)
+
+
+def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, depth_k: int, theta: float,
+                   scope: str, block: int = BLOCK) -> dict[int, Neighbourhood]:
+    """Row index -> Neighbourhood for every rejected row, by blocked exact search."""
+    sim = as_similarity(sim)
+    accepted = np.asarray(accepted, dtype=bool)
+    out = {}
+    for chunk, rows in blocks(np.flatnonzero(~accepted), sim, block):
+        for i, row in zip(chunk, rows):
+            in_scope = scope_mask(i, clusters, scope)
+            acc, rej = in_scope & accepted, in_scope & ~accepted
+            event = acc & same_meaning(i, row, clusters, theta)
+            out[int(i)] = Neighbourhood(
+                nearest_accepted=top(row, acc, k), events=top(row, event, k), n_events=int(event.sum()),
+                depth_neighbours=top(row, in_scope, depth_k),
+                nearest_accepted_sim=float(row[acc].max()) if acc.any() else float("nan"),
+                nearest_rejected_sim=float(row[rej].max()) if rej.any() else -1.0)
+    return out
+
+
+def same_meaning_pairs(sim, clusters: np.ndarray, theta: float, scope: str, block: int = BLOCK) -> np.ndarray:
+    """Every unordered pair (i, j), i < j, in scope and of the same meaning, whatever the decisions:
+    the pairs that can be confusion events under any judge, so the only ones whose token signals are
+    ever needed. Shape (n_pairs, 2), sorted. Their number grows with the cluster sizes and the
+    cross-cluster paraphrases above theta, not with n^2."""
+    sim = as_similarity(sim)
+    clusters = np.asarray(clusters)
+    found = []
+    for chunk, rows in blocks(np.arange(sim.n), sim, block):
+        for i, row in zip(chunk, rows):
+            j = np.flatnonzero(scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta))
+            j = j[j > i]
+            found.append(np.stack([np.full(len(j), i), j], axis=1))
+    return np.concatenate(found) if found else np.zeros((0, 2), dtype=int)

@@ -1,0 +1,201 @@
+"""``make confusion``: the confusion study's answer on a user's own paraphrase clusters.
+
+Writes ``results/<RUN>/``:
+
+- ``confusion_summary.csv``: per system (model or decisions file) and judge: FRR, Confusion Rate,
+  mean CI and Depth, each with its percentile cluster-bootstrap CI (clusters resampled), the counts,
+  and ``signals`` (available / not available);
+- ``confusion_clusters.csv``: the per-cluster table; ``confusion_prompts.csv``: one row per prompt
+  and judge (gates, decision, events, CI, signals, depth);
+- ``confusion_map.png``, ``confusion_frr_vs_rate.png`` and ``report.html`` (aggregates only: no
+  reply is shown); with a model run also ``items.parquet``, ``generations.parquet``,
+  ``judgments.parquet`` and ``confusion/pair_signals.parquet``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ... import datasets, store
+from ...config import ParamsError
+from . import analysis
+from . import clusters as cl
+
+DECISIONS = ("ACCEPT", "REJECT")
+SUMMARY = ["frr", "confusion_rate", "ci", "depth"]
+
+
+def read_decisions(path: str | Path, ids: set[str], clusters_csv: str | Path) -> pd.DataFrame:
+    """A decisions file (``id``, ``decision`` ACCEPT/REJECT), checked row by row against the clusters'
+    ids: one clear error naming the file and row."""
+    df = datasets.read_user_csv(path, ["id", "decision"], [], "decisions")
+    for i, (item, decision) in enumerate(zip(df["id"], df["decision"])):
+        if decision.strip() not in DECISIONS:
+            raise ValueError(f"{path}: row {i}: decision {decision!r}; expected ACCEPT or REJECT")
+        if item not in ids:
+            raise ValueError(f"{path}: row {i}: id {item!r} is not in the clusters file {clusters_csv}")
+    return pd.DataFrame({"item_id": df["id"].values, "accepted": df["decision"].str.strip().eq("ACCEPT").values})
+
+
+def check_inputs(clusters_csv: str, model_names: list[str], decisions_csv: str | None):
+    """Clusters (and decisions) read and checked; returns (cluster rows, decision rows or None)."""
+    rows = cl.read_user(clusters_csv)
+    decided = None
+    if decisions_csv:
+        decided = read_decisions(decisions_csv, set(rows["id"]), clusters_csv)
+    elif not model_names:
+        raise ValueError("make confusion: name MODELS=a,b (models from params, Hugging Face ids or local paths) "
+                         "or DECISIONS=file.csv (id, decision ACCEPT/REJECT)")
+    return rows, decided
+
+
+def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: str,
+        decisions_csv: str | None = None, pool=None) -> Path:
+    """See the module docstring; every input is checked before the encoder or any model loads."""
+    from ... import config
+    from ... import models as model_lib
+    from ...paths import run_dir
+    from .. import confusion as study
+
+    p = config.load(params_file)
+    if study.NAME not in p.studies:
+        raise ParamsError(f"{p.source_file}: confusion: missing; make confusion takes its gates, metrics, judges "
+                          "and max_new_tokens from the confusion section")
+    model_names = [m.strip() for m in model_names if m and m.strip()]
+    if len(set(model_names)) != len(model_names):
+        raise ValueError(f"make confusion: MODELS names a model twice: {model_names}")
+    rows, decided = check_inputs(clusters_csv, model_names, decisions_csv)
+    c = p.studies[study.NAME]
+    p = dataclasses.replace(p, run_name=run_name)
+    if decided is None:
+        pool = pool or model_lib.Pool(p.models, device=p.device)
+        for name in model_names:
+            model_lib.resolve(pool.spec(name).source)
+        p = dataclasses.replace(p, studies={**p.studies, study.NAME: dataclasses.replace(c, models=model_names)})
+        study.preflight(p, pool)
+    folder = run_dir(run_name)
+    items = study.build_items(p, rows)
+    store.write_atomic(items, folder / "items.parquet")
+    cp = study.confusion_params(p.studies[study.NAME])
+    if decided is None:
+        built = study.prompts(p, items, pool)
+        gens = study.generate(p, built, pool, store.ShardStore(folder / "shards" / "generations"))
+        judged = study.judge(p, gens, pool, folder)
+        store.write_atomic(gens, folder / "generations.parquet")
+        store.write_atomic(judged, folder / "judgments.parquet")
+        decisions = analysis.decisions(gens, judged)
+        pairs = analysis.pair_table(gens, study.pair_signals.read(study.pairs_path(p)), cp)
+    else:
+        decisions = decided.assign(model=Path(decisions_csv).stem, judge="decision")
+        pairs = {}
+    per_prompt, per_cluster = analysis.score_decisions(items, decisions, pairs, cp)
+    if per_cluster.empty:
+        raise ValueError(f"{clusters_csv}: no cluster kept two decided members after the gates; "
+                         f"{folder / 'items.parquet'} says why for each row")
+    summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
+    write_tables(folder, items, per_prompt, per_cluster, summary)
+    figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv)
+    return folder
+
+
+def summary_table(per_cluster: pd.DataFrame, n_boot: int, seed: int, alpha: float, signals: bool) -> pd.DataFrame:
+    """Per system and judge: FRR, Confusion Rate, CI, Depth with cluster-bootstrap CIs and the counts."""
+    boot = analysis.summary(per_cluster.assign(label="all"), n_boot, seed, alpha)
+    table = analysis.frr_vs_cr(boot, per_cluster, "all")
+    ci = analysis.wide(boot, "all").reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
+                                                                          for x in ("", "_lo", "_hi")])
+    table = table.drop(columns=[c for c in ("ci", "depth") if c in table]).merge(
+        ci[["model", "judge", "ci", "ci_lo", "ci_hi", "depth", "depth_lo", "depth_hi"]], on=["model", "judge"])
+    table["signals"] = "available" if signals else "not available (decisions only)"
+    if not signals:
+        table[["ci", "ci_lo", "ci_hi"]] = np.nan
+    first = ["model", "judge", "n_clusters", "n_prompts", "n_rejected", "n_confused"]
+    stats_cols = [f"{s}{x}" for s in SUMMARY for x in ("", "_lo", "_hi")]
+    rest = [c for c in table.columns if c not in first + stats_cols]
+    return table[first + stats_cols + rest]
+
+
+def write_tables(folder: Path, items: pd.DataFrame, per_prompt: pd.DataFrame, per_cluster: pd.DataFrame,
+                 summary: pd.DataFrame) -> None:
+    base = items[["item_id", "cluster", "member", "text", "included", "gate_reason", "cos_to_seed",
+                  "jaccard_to_seed", "safety_score"]].rename(columns={"item_id": "id", "cluster": "cluster_id",
+                                                                      "text": "prompt"})
+    metric_cols = ["model", "judge", "item_id", "accepted", "n_neighbours", "n_events", "confused", "ci", "drift",
+                   "shift", "contrast", "depth"]
+    scored = per_prompt[metric_cols].rename(columns={"item_id": "id"})
+    table = base.merge(scored, on="id", how="left").astype({"n_events": "Int64", "confused": "boolean"})
+    table["decision"] = np.select([~table["included"], table["accepted"].isna(), table["accepted"] == True],  # noqa: E712
+                                  ["EXCLUDED", "UNDECIDED", "ACCEPT"], "REJECT")
+    table.drop(columns=["accepted"]).to_csv(folder / "confusion_prompts.csv", index=False)
+    per_cluster.drop(columns=["label"], errors="ignore").rename(columns={"cluster": "cluster_id"}).to_csv(
+        folder / "confusion_clusters.csv", index=False)
+    summary.to_csv(folder / "confusion_summary.csv", index=False)
+
+
+def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
+    testbed = [m for m in model_names if m in p.models and p.models[m].testbed]
+    note = (f"TESTBED: {', '.join(testbed)} is a model organism built to refuse, not evidence about production "
+            "models. ") if testbed else ""
+    what = f"decisions from {Path(decisions_csv).name}" if decisions_csv else f"models {', '.join(model_names)}"
+    return (note + f"{what}; same meaning: same cluster or cosine >= {cp.theta} (the gate's tau); k {cp.k}, scope "
+            f"{cp.scope}; cluster-bootstrap 95 % CIs. Aggregates only: no reply is shown.")
+
+
+def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, model_names, decisions_csv) -> list[str]:
+    import importlib
+
+    from ...plots import save
+
+    cf = importlib.import_module(f"{__package__}.figures")
+    text = _caption(p, cp, model_names, decisions_csv)
+    drawn = {"confusion_map": cf.confusion_map(per_prompt, None, text),
+             "confusion_frr_vs_rate": cf.frr_vs_rate(summary, None, text)}
+    for name, fig in drawn.items():
+        save(fig, name, [folder])
+    return [f"{name}.png" for name in drawn]
+
+
+def _interval(row: pd.Series, stat: str) -> str:
+    if pd.isna(row[stat]):
+        return "n/a"
+    return f"{row[stat]:.3f} [{row[f'{stat}_lo']:.3f}, {row[f'{stat}_hi']:.3f}]"
+
+
+def headline(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as text: one row per system and judge, each statistic as 'value [lo, hi]'."""
+    out = summary[["model", "judge", "n_clusters", "n_prompts"]].copy()
+    for stat, label in zip(SUMMARY, ("FRR", "Confusion Rate", "mean CI", "Depth")):
+        out[label] = [_interval(r, stat) for _, r in summary.iterrows()]
+    return out
+
+
+def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
+                 clusters_csv: str, model_names: list[str], decisions_csv: str | None) -> Path:
+    """A short self-contained ``report.html``: the headline table, the verdicts, the figures, the clusters."""
+    verdicts = []
+    for _, r in summary.iterrows():
+        cr = r["confusion_rate"]
+        verdicts.append(f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of the prompts; "
+                        f"{cr:.0%} of its rejections have an accepted prompt of the same meaning (a confusion "
+                        f"event), so " + ("its refusal boundary splits paraphrases of one intent." if r["n_confused"]
+                                          else "no rejection contradicts an accepted paraphrase."))
+    body = [f"<h1>Semantic confusion: {html.escape(folder.name)}</h1>",
+            f"<p>{html.escape(_caption(p, cp, model_names, decisions_csv))}</p>",
+            f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
+            "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
+            "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
+    if decisions_csv:
+        body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")
+    body += [f'<h2>{html.escape(f)}</h2><img src="{html.escape(f)}" style="max-width:100%">' for f in figures]
+    cols = ["model", "judge", "cluster", "n_prompts", "n_rejected", "n_confused", "frr", "confusion_rate", "ci", "depth"]
+    body += ["<h2>Per cluster</h2>", per_cluster[cols].round(3).to_html(index=False, escape=True),
+             "<p>Definitions: lib/refusal_audit/studies/confusion/DEFINITIONS.md.</p>"]
+    path = folder / "report.html"
+    path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>confusion</title></head><body>"
+                    + "\n".join(body) + "</body></html>", encoding="utf-8")
+    return path
