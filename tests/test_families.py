@@ -37,7 +37,9 @@ def hub(tmp_path_factory):
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setattr(hf, "HF_HUB_CACHE", str(cache))
         mp.setattr(hf, "HF_HUB_OFFLINE", True)
+        models._config.cache_clear()
         yield cache
+    models._config.cache_clear()
 
 
 _loaded: dict = {}
@@ -231,9 +233,11 @@ def test_make_check_notes_absent_models(tmp_path, monkeypatch, capsys):
     from refusal_audit.__main__ import main
 
     monkeypatch.setattr(hf, "HF_HUB_CACHE", str(tmp_path))
+    models._config.cache_clear()  # configs are read once per source: forget the stand-ins'
     assert main(["check", str(ROOT / "params" / "paper" / "frames_roster.yaml")]) == 0
     out = capsys.readouterr().out
     assert "models.olmo-3-7b-base: config and tokenizer not on this machine" in out
+    models._config.cache_clear()
 
 
 def write_params(tmp_path, text):
@@ -262,8 +266,10 @@ def test_make_check_refuses_an_unproven_architecture(hub, tmp_path, capsys):
     data = json.loads(saved)
     try:
         cfg.write_text(json.dumps(dict(data, model_type="gpt2", architectures=["GPT2LMHeadModel"])))
+        models._config.cache_clear()
         assert main(["check", str(ROOT / "params" / "paper" / "confusion_paraguard.yaml")]) == 2
         err = capsys.readouterr().err
         assert "models.gemma-2-9b-it" in err and "'gpt2'" in err and "not one the engine's eviction is proven on" in err
     finally:
         cfg.write_text(saved)
+        models._config.cache_clear()

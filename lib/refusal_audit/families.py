@@ -70,15 +70,18 @@ def check_rendering(study: str, tokenizer, settings: dict) -> None:
 def check_params(p, pool: models.Pool) -> None:
     """Every study model of ``p``: architecture and rendering checked where its config and tokenizer
     are local, a note in ``pool.notes`` where they are not. Raises naming the file, model and reason."""
+    tokenizers: dict[str, object] = {}  # by source: a GGUF tokenizer takes seconds to read
     for study, name, settings in study_models(p):
         spec = pool.spec(name)
         try:
-            cfg, tok = models.load_config(spec), pool.tokenizer(name)
+            cfg = models.load_config(spec)
+            tok = tokenizers[spec.source] = tokenizers.get(spec.source) or pool.tokenizer(name)
         except (OSError, ValueError) as e:  # FileNotFoundError is an OSError
             if not pool.missing_ok:
                 raise FileNotFoundError(f"{p.source_file}: models.{name}: {e}") from None
-            pool.notes.append(f"models.{name}: config and tokenizer not on this machine: its architecture and "
-                              "chat template are checked where it runs")
+            pool.notes = [n for n in pool.notes if not n.startswith(f"models.{name}: weights not on this machine")]
+            pool.notes.append(f"models.{name}: config and tokenizer not on this machine: its weights, architecture "
+                              "and chat template are checked where it runs")
             continue
         try:
             check_architecture(cfg)

@@ -7,6 +7,7 @@ is never trusted. Asking for what this machine cannot run fails here, before any
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from contextlib import contextmanager
@@ -132,14 +133,20 @@ def check_models(p, pool: "Pool") -> None:
 
 
 def load_config(spec: ModelSpec):
-    """The model's config (no weights), read offline."""
+    """The model's config (no weights), read offline; read once per source (a GGUF file is parsed
+    whole to read it)."""
+    return _config(spec.source)
+
+
+@functools.lru_cache(maxsize=32)
+def _config(source: str):
     from transformers import AutoConfig
 
-    where = resolve(spec.source)
+    where = resolve(source)
     try:
         return AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
     except OSError as e:
-        raise FileNotFoundError(f"model source {spec.source!r}: cannot read its config offline ({e})") from None
+        raise FileNotFoundError(f"model source {source!r}: cannot read its config offline ({e})") from None
 
 
 def sliding_window(cfg) -> int | None:
