@@ -156,10 +156,17 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     assert all(shown.values())
     text = " ".join(x for x in shown["items"] + shown["analyse"] if isinstance(x, str))
     for needle in ("Operational definitions", rules.POLICY_A.question, rules.POLICY_B.question,
-                   "Contamination check", "Seed floor", "rank test"):
+                   "Contamination check", "Seed floor", "rank test", "Known answers", "own last supervision signal"):
         assert needle in text, needle
+    # every trained arm's verdict beside its last supervision signal (the same function as any guard's)
+    v = t["guard_verdict"].set_index("guard")
+    assert v.loc["E10_head_a100", "follows"] == "A" and v.loc["E1_b_only", "follows"] == "B"
+    assert v.loc[["synthetic_A_flip10", "synthetic_B_flip10", "synthetic_coin"], "follows"].tolist() == [
+        "A", "B", "undetermined"]
+    assert study.verdicts(p, t)[0].startswith("Known answers") and "all recovered" in study.verdicts(p, t)[0]
     drawn = study.figures(p, t, [tmp_path / "figures"])
-    assert drawn == ["policy_range_vs_floor", "policy_arms_heatmap", "policy_validation_vs_agreement"]
+    assert drawn == ["policy_range_vs_floor", "policy_arms_heatmap", "policy_guard_verdict",
+                     "policy_validation_vs_agreement"]
     assert all((tmp_path / "figures" / f"{f}.png").is_file() for f in drawn)
 
 
