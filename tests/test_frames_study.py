@@ -264,3 +264,35 @@ def test_outcome_classes_harmful_only_on_harmful_requests_or_by_the_harm_judge()
     assert [y[("outcome", "harmful_compliance", i)] for i in "hbx"] == [1, 0, 1]
     assert y[("learned_harmful", "harmful_compliance", "h")] == 1 and y[("learned_harmful", "harmful_compliance", "b")] == 0
     assert np.isnan(y[("learned_harmful", "harmful_compliance", "x")])
+
+
+def test_null_control_rows_are_relabelled_and_come_out_null():
+    """The null control's rows: one prompt (the reference frame's) under each frame label, sampled under
+    other seeds per label (``null_seeds``); relabelled ``<model>:null`` with fresh ids; its declared tests
+    form their own Holm family (not the confirmatory one) and come out null and not beyond paraphrase noise."""
+    assert F.null_seeds([0, 1, 2], 0) == [0, 1, 2] and F.null_seeds([0, 1, 2], 2) == [15838, 15839, 15840]
+    d = planted3()
+    gens = d.assign(generation_id=[f"g{i}" for i in range(len(d))], prompt_id=lambda x: x["item_id"] + x["paraphrase"])
+    # a model without effect stands for the generated null rows (same prompt, other seeds per label)
+    src = gens[gens["model"] == "b0"].assign(model="m1")
+    null = pd.concat([F.as_null(src[src["frame"] == f].assign(frame="N"), f) for f in "EDN"], ignore_index=True)
+    assert (null["model"] == "m1:null").all() and null["generation_id"].is_unique
+    assert set(null["generation_id"]).isdisjoint(gens["generation_id"]) and sorted(null["frame"].unique()) == ["D", "E", "N"]
+    p = three_models(null_control=["m1"])
+    both = pd.concat([d, null[d.columns]], ignore_index=True)
+    t = analysis.confirmatory(p, both, {"outcome": "outcome"})["confirmatory"]
+    n = t[(t["model"] == "m1:null") & (t["outcome"] == "refusal") & t["contrast"].isin(["E-D", "E-N", "D-N"])]
+    assert len(n) == 6 and (n["status"] == "ok").all()
+    nulls = t[t["model"] == "m1:null"]
+    assert (nulls["family"].str.startswith("null control") == nulls["outcome"].isin(["refusal", "harmful_compliance"])).all()
+    assert (n["family"] == "null control (Holm over 12)").all()
+    from statsmodels.stats.multitest import multipletests
+    fam = t[t["family"] == "null control (Holm over 12)"]
+    assert fam["p_holm"].to_numpy() == pytest.approx(multipletests(fam["p"].fillna(1.0), method="holm")[1], nan_ok=True) or fam["p"].isna().any()
+    assert not n["significant"].any() and not n["beyond_noise"].any()
+    assert t["confirmatory"].sum() == 44  # the null control is not in the Holm family
+    planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
+    assert planted_rows["significant"].all()
+    assert any("m1:null" in v and "not significant; not beyond" in v for v in analysis.verdicts(t, 0.05))
+    with pytest.raises(config.ParamsError, match="frames.null_control"):
+        three_models(null_control=["m9"])

@@ -97,18 +97,20 @@ def analysed_models(fr: Params) -> list[str]:
     return list(fr.models) + [f"{m}{NULL}" for m in fr.null_control]
 
 
-def null_rows(generations: pd.DataFrame, model: str, frames: list[str], slot_frame: str) -> pd.DataFrame:
-    """The null control of ``model``: the framed grid with the same slot text in every frame. The
-    engine seeds each row by (prompt tokens, decoding), so the grid under the ``slot_frame`` text IS
-    what generating it again under each frame label would give; its rows are copied under every frame
-    label, the model label ``<model>:null`` and fresh generation and prompt ids."""
+def null_seeds(seeds: list[int], k: int) -> list[int]:
+    """The sampling seeds of the null control's k-th frame label (k = 0 keeps the grid's own): the three
+    labels carry the same prompt, so only their sampled decodes differ (greedy rows are identical)."""
+    return [s + 7919 * k for s in seeds]
+
+
+def as_null(generations: pd.DataFrame, frame: str) -> pd.DataFrame:
+    """One frame label of the null control: the rows relabelled ``frame`` and ``<model>:null``, with
+    fresh generation and prompt ids (the same prompt is generated under each label)."""
     from ...prompts import prompt_id
 
-    base = generations[(generations["model"] == model) & (generations["frame"] == slot_frame)]
-    return pd.concat([base.assign(frame=f, model=f"{model}{NULL}",
-                                  generation_id=[prompt_id("null", f, g) for g in base["generation_id"]],
-                                  prompt_id=[prompt_id("null", f, g) for g in base["prompt_id"]]) for f in frames],
-                     ignore_index=True)
+    return generations.assign(frame=frame, model=generations["model"] + NULL,
+                              generation_id=[prompt_id("null", frame, g) for g in generations["generation_id"]],
+                              prompt_id=[prompt_id("null", frame, g) for g in generations["prompt_id"]])
 
 
 def reference(fr: Params) -> str:
@@ -178,6 +180,7 @@ def check_confirmatory(fr: Params, where: str) -> None:
              "frames.confirmatory.contrasts", f"'X-Y' with X and Y two different frames of {sorted(fr.frames)}", k)
     for m in fr.null_control:
         need(m in fr.models, where, "frames.null_control", f"models of frames.models {fr.models}", m)
+    need(len(set(fr.null_control)) == len(fr.null_control), where, "frames.null_control", "no repeats", fr.null_control)
     for m in c.models:
         need(m in analysed_models(fr), where, "frames.confirmatory.models",
              f"models of frames.models or null controls {analysed_models(fr)}", m)
@@ -345,14 +348,23 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
         fam.append(familiarity.scores(model, tok, b, fr.min_k).assign(model=m))
         rows = prompts[(prompts["model"] == m) & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
         parts.append(executor.generate(p, models, m, rows, lambda r: full, shards, grid))
+    nulls = []  # the null control: the reference frame's prompt under every frame label (DEFINITIONS.md)
+    for m in fr.null_control:
+        rows = prompts[(prompts["model"] == m) & (prompts["frame"] == fr.reference_frame)
+                       & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
+        for k, f in enumerate(fr.frames):
+            g = generation.decoding_grid(fr.temperatures, null_seeds(fr.seeds, k), fr.max_new_tokens)
+            nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g)))
     fam = pd.concat(fam, ignore_index=True)
     store.write_atomic(fam, folder / f"{NAME}_familiarity.parquet")
     per_item = fam.groupby(["model", "item_id"], as_index=False)["min_k"].mean().rename(columns={"min_k": "familiarity"})
-    out = pd.concat(parts, ignore_index=True)
     extra = prompts[["prompt_id", "model", "body", "request"]].drop_duplicates(["prompt_id", "model"])
-    out = out.merge(extra, on=["prompt_id", "model"], how="left").merge(tiers[["item_id", "tier"]], on="item_id")
-    out = out.merge(per_item, on=["model", "item_id"], how="left")
-    return pd.concat([out] + [null_rows(out, m, list(fr.frames), fr.reference_frame) for m in fr.null_control],
+
+    def complete(out):
+        out = out.merge(extra, on=["prompt_id", "model"], how="left").merge(tiers[["item_id", "tier"]], on="item_id")
+        return out.merge(per_item, on=["model", "item_id"], how="left")
+
+    return pd.concat([complete(pd.concat(parts, ignore_index=True))] + [as_null(complete(g), f) for f, g in nulls],
                      ignore_index=True)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ... import judges, stats
-from . import NAME, OUTCOMES
+from . import NAME, NULL, OUTCOMES, analysed_models
 
 MAIN_JUDGE = "outcome"
 
@@ -197,11 +197,13 @@ def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
     return out.merge(g.drop_duplicates("item_id")[["item_id", "cluster"]], on="item_id", how="left")
 
 
-def declared_family(fr, judges_in_run: dict[str, str]) -> pd.DataFrame:
+def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd.DataFrame:
     """The confirmatory family the params declare: one row per test (judge, outcome, subset, model,
-    contrast). ``judges_in_run``: judge name -> kind. Outcomes a judge does not emit are not in it."""
+    contrast). ``judges_in_run``: judge name -> kind. Outcomes a judge does not emit are not in it.
+    ``null=True``: the null control's family instead (the same judges, outcomes, subsets and contrasts
+    on each ``<model>:null``)."""
     c = fr.confirmatory
-    models = c.models or list(fr.models)
+    models = [f"{m}{NULL}" for m in fr.null_control] if null else (c.models or list(fr.models))
     rows = []
     for j in c.judges:
         for o in c.outcomes:
@@ -210,10 +212,10 @@ def declared_family(fr, judges_in_run: dict[str, str]) -> pd.DataFrame:
             for s in c.subsets:
                 for m in models:
                     rows += [{"judge": j, "outcome": o, "subset": s, "model": m, "contrast": k} for k in c.contrasts]
-                for m in interaction_models(fr):
+                for m in ([] if null else interaction_models(fr)):
                     rows.append({"judge": j, "outcome": o, "subset": s, "model": m,
                                  "contrast": f"frame x model vs {fr.interaction_reference}"})
-                for base, instruct in fr.base_of.items():
+                for base, instruct in ({} if null else fr.base_of).items():
                     rows.append({"judge": j, "outcome": o, "subset": s, "model": instruct,
                                  "contrast": f"H3: frame x (base {base} vs instruct)"})
     return pd.DataFrame(rows, columns=["judge", "outcome", "subset", "model", "contrast"])
@@ -261,7 +263,7 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
         for subset in SUBSETS:
             sub = _subset(jo, subset)
             items = _per_item(sub, pairs) if len(sub) else pd.DataFrame(columns=["model", "f1", "f2"])
-            for model in fr.models:
+            for model in analysed_models(fr):
                 g = sub[sub["model"] == model]
                 g = g.assign(c=stats.mean_centre(g, "familiarity", cluster="item_id")) if len(g) else g
                 res, why = _fit(g, formula, fr.cov_type) if len(g) else (None, "no fit: no rows")
@@ -293,9 +295,12 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                              **_wald_row(sub, ref, instruct, b, fr.cov_type, fr.t_below_clusters)})
     table = pd.DataFrame(rows)
     family = declared_family(fr, judges_in_run).assign(confirmatory=True)
+    family = pd.concat([family, declared_family(fr, judges_in_run, null=True).assign(null_control=True)])
     keys = ["judge", "outcome", "subset", "model", "contrast"]
     table = family.merge(table, on=keys, how="outer")
     table["confirmatory"] = table["confirmatory"].fillna(False).astype(bool)
+    null = table["null_control"].fillna(False).astype(bool)
+    table = table.drop(columns="null_control")
     table["status"] = table["status"].fillna("no fit: no rows for this judge and outcome")
     for col in ("estimate", "se", "ci_lo", "ci_hi", "p", "delta", "beyond_noise"):
         if col not in table:
@@ -304,8 +309,11 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
     conf = table["confirmatory"]
     if conf.any():
         table.loc[conf, "p_holm"] = stats.holm_family(table.loc[conf, "p"].to_numpy(dtype=float))
-    table["family"] = np.where(conf, f"confirmatory (Holm over {int(conf.sum())})", "exploratory (uncorrected)")
-    table["significant"] = np.where(conf, table["p_holm"] < s.alpha, table["p"] < s.alpha)
+    if null.any():  # the null control: the same declared tests on its rows, Holm within them
+        table.loc[null, "p_holm"] = stats.holm_family(table.loc[null, "p"].to_numpy(dtype=float))
+    table["family"] = np.where(conf, f"confirmatory (Holm over {int(conf.sum())})",
+                               np.where(null, f"null control (Holm over {int(null.sum())})", "exploratory (uncorrected)"))
+    table["significant"] = np.where(conf | null, table["p_holm"] < s.alpha, table["p"] < s.alpha)
     table["beyond_noise"] = table["beyond_noise"].astype("boolean")
     order = keys + ["family", "estimate", "se", "ci_lo", "ci_hi", "dist", "df", "p", "p_holm", "significant", "delta",
                     "paraphrase_delta", "noise_margin", "noise_lo", "noise_hi", "noise_p", "beyond_noise", "n_items",
@@ -320,21 +328,23 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
 
 
 def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
-    """One sentence per confirmatory test, generated from ``confirmatory.csv``."""
+    """One sentence per confirmatory test and per null-control test (Holm within the null control's
+    own family), generated from ``confirmatory.csv``."""
     out = []
-    for _, r in table[table["confirmatory"]].iterrows():
+    for _, r in table[table["family"].str.startswith(("confirmatory", "null control"))].iterrows():
         head = f"{r['model']}, {r['outcome']} ({r['judge']} judge, {r['subset']} items), {r['contrast']}: "
         if r["status"] != "ok":
-            out.append(head + f"NOT TESTED ({r['status']}); it counts in the Holm family as not rejected.")
+            out.append(head + f"NOT TESTED ({r['status']}); it counts in its Holm family as not rejected.")
             continue
         sig = "significant" if r["p_holm"] < alpha else "not significant"
+        holm = f"Holm p = {r['p_holm']:.3g}"
         if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
             noise = ("beyond paraphrase noise" if r["beyond_noise"] is True else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
             out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), log-odds {r['estimate']:+.2f} "
-                       f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {sig}; {noise}.")
+                       f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}.")
         else:
-            out.append(head + f"{r['dist']} = {r['stat']:.2f}, p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {sig}.")
+            out.append(head + f"{r['dist']} = {r['stat']:.2f}, p = {r['p']:.3g}, {holm}: {sig}.")
     return out
 
 
