@@ -373,7 +373,11 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
     same = N.same_meaning_pairs(N.Similarity(embeddings=np.stack(items["embedding"])), items["cluster"].to_numpy(),
                                 C.confusion_params(p.studies["confusion"]).theta, "corpus")
     assert len(table) == len(same) < len(items) * (len(items) - 1) / 2
-    pairs = A.pair_table(g1, table, C.confusion_params(p.studies["confusion"]))["smollm2-135m"]
+    assert g1["pair_signals"].map(len).sum() == len(same)  # each pair on one generation row, read back whole
+    pd.testing.assert_frame_equal(P.unnest(g1["signal_key"], g1["pair_signals"], "greedy", "jsd")
+                                  .sort_values(["key_a", "key_b"]).reset_index(drop=True),
+                                  table.sort_values(["key_a", "key_b"]).reset_index(drop=True), check_dtype=False)
+    pairs = A.pair_table(g1, C.confusion_params(p.studies["confusion"]))["smollm2-135m"]
     assert len(pairs) == 2 * len(same) >= sum(n * (n - 1) for n in items.groupby("cluster").size())
     assert all(np.isfinite(v).all() and 0 <= v[1] <= 1 for v in pairs.values())
     assert set(t1) >= {"gates", "paraphrases", "prompts", "clusters", "summary", "frr_vs_cr", "planted"}

@@ -40,7 +40,6 @@ from ...paths import DATA_DIR
 from . import analysis
 from . import clusters as cl
 from . import metrics as M
-from . import pairs as pair_signals
 
 NAME = "confusion"
 REFUSING = analysis.REFUSING  # a refusal judge's refusal (full or partial) is a REJECT
@@ -305,10 +304,11 @@ def pairs_path(p) -> Path:
 
 
 def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.DataFrame]:
-    """model -> (prompt_id, signal_key, log_ppl) for every prompt of that model: one batched forward
-    pass per prompt (cached per (model, layer, tokens)), then the pair signals of the same-meaning
-    pairs only (``neighbours.same_meaning_pairs`` over the model's prompts, in scope), added to the
-    run's pair table (``pairs_path``) unless already there. Every model's signals are computed before
+    """model -> (prompt_id, signal_key, log_ppl, pair_signals) for every prompt of that model: one
+    batched forward pass per prompt (cached per (model, layer, tokens)), then the pair signals of the
+    same-meaning pairs only (``neighbours.same_meaning_pairs`` over the model's prompts at corpus
+    scope), added to the run's pair table (``pairs_path``, the cache) unless already there; each
+    generation row carries its own pairs (``pairs.nest``), so the statistics need no other file. Every model's signals are computed before
     any reply is generated, so a model without hidden states stops the stage before any work."""
     from ...encoder import embed
     from . import neighbours, pairs, signals
@@ -332,9 +332,10 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
         keys = [pairs.prompt_key(name, c.metrics.layer, x, a, b) for x, a, b in zip(ids, starts, stops)]
         same = neighbours.same_meaning_pairs(neighbours.Similarity(embeddings=embed(rows["query"].tolist())),
                                              rows["cluster"].to_numpy(), cp.theta, "corpus")  # both scopes
-        pairs.compute(keys, span, same, cp.alignment, cp.shift, pairs_path(p))
+        nested = pairs.nest(pairs.compute(keys, span, same, cp.alignment, cp.shift, pairs_path(p))[0])
         out[name] = pd.DataFrame({"prompt_id": rows["prompt_id"], "signal_key": keys,
-                                  "log_ppl": [s.log_perplexity for s in span]})
+                                  "log_ppl": [s.log_perplexity for s in span],
+                                  "pair_signals": [nested.get(k, []) for k in keys]})
     return out
 
 
@@ -377,7 +378,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     c, s = p.studies[NAME], p.stats
     cp = confusion_params(c)
     decided = analysis.decisions(generations, judgments)
-    pairs = analysis.pair_table(generations, pair_signals.read(pairs_path(p)), cp)
+    pairs = analysis.pair_table(generations, cp)
     per_prompt, per_cluster = analysis.score_decisions(items, decided, pairs, cp)
     summary_table = analysis.summary(per_cluster, s.n_bootstrap, p.seed, s.alpha)
     group = "safe" if (per_cluster["label"] == "safe").any() else "all"

@@ -57,17 +57,17 @@ def classifier_decisions(verdicts: pd.DataFrame) -> pd.DataFrame:
                          "accepted": ~verdicts["blocked"].astype("boolean").values})
 
 
-def pair_table(generations: pd.DataFrame, table: pd.DataFrame,
-               cp: M.ConfusionParams) -> dict[str, dict[tuple[str, str], tuple]]:
-    """model -> {(accepted item, rejected item): (drift, shift, contrast)} from the run's pair table
-    (``pairs.py``) and the generation rows' ``signal_key`` and ``log_ppl``."""
+def pair_table(generations: pd.DataFrame, cp: M.ConfusionParams) -> dict[str, dict[tuple[str, str], tuple]]:
+    """model -> {(accepted item, rejected item): (drift, shift, contrast)} from the generation rows'
+    ``signal_key``, ``log_ppl`` and ``pair_signals`` (the same-meaning pairs, ``pairs.py``)."""
     from . import pairs
 
     out: dict[str, dict] = {}
-    if "signal_key" not in generations:
+    if "pair_signals" not in generations:
         return out
     for model, g in generations.groupby("model", sort=True):
         g = g.drop_duplicates("item_id")
+        table = pairs.unnest(g["signal_key"], g["pair_signals"], cp.alignment, cp.shift)
         out[model] = pairs.lookup(table, dict(zip(g["item_id"], g["signal_key"])),
                                   dict(zip(g["item_id"], g["log_ppl"].astype(float))), cp)
     return out

@@ -9,7 +9,10 @@ The table (Parquet, one row per unordered pair of prompt contents and settings) 
 ``alignment``, ``shift_method``, ``drift_ab`` (a read as the accepted prompt), ``drift_ba`` and
 ``shift`` (symmetric). Perplexity contrast is not stored: it comes from each prompt's log-perplexity
 (``log_ppl`` on the generation rows), so ``contrast_scale`` can change without recomputing.
-A pair already in the table is never recomputed.
+A pair already in the table is never recomputed. The table is the generation stage's cache; each
+generation row also carries its own rows (``nest``: the pairs whose ``key_a`` is its prompt, about
+2.5 per prompt at 10,000 prompts), so the statistics stage reads the signals from the generations
+table alone (``unnest``), wherever the run folder is.
 """
 from __future__ import annotations
 
@@ -68,6 +71,26 @@ def compute(keys: Sequence[str], signals: Sequence, index_pairs: np.ndarray, ali
     keep = pd.Series(list(zip(table["key_a"], table["key_b"]))).isin(set(wanted)).to_numpy()
     rows = table[keep & (table["alignment"] == alignment).to_numpy() & (table["shift_method"] == shift).to_numpy()]
     return rows.reset_index(drop=True), len(new)
+
+
+NESTED = ["key_b", "drift_ab", "drift_ba", "shift"]
+
+
+def nest(rows: pd.DataFrame) -> dict[str, list[dict]]:
+    """key_a -> that prompt's rows of the table (``NESTED`` fields): what its generation row carries,
+    so the statistics stage reads the pair signals from the generations table alone."""
+    out: dict[str, list[dict]] = {}
+    for r in rows[["key_a", *NESTED]].itertuples(index=False):
+        out.setdefault(r.key_a, []).append({f: getattr(r, f) for f in NESTED})
+    return out
+
+
+def unnest(keys, nested, alignment: str, shift: str) -> pd.DataFrame:
+    """The pair table back from generation rows (``signal_key``, ``pair_signals``), each pair once."""
+    rows = [{"key_a": k, **dict(d)} for k, lst in zip(keys, nested) if isinstance(lst, (list, np.ndarray))
+            for d in lst]
+    table = pd.DataFrame(rows, columns=["key_a", *NESTED]).drop_duplicates(["key_a", "key_b"])
+    return table.assign(alignment=alignment, shift_method=shift)[COLUMNS].reset_index(drop=True)
 
 
 def lookup(table: pd.DataFrame, keys: dict[str, str], log_ppl: dict[str, float],

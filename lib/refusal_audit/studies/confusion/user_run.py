@@ -88,7 +88,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
         store.write_atomic(gens, folder / "generations.parquet")
         store.write_atomic(judged, folder / "judgments.parquet")
         decisions = analysis.decisions(gens, judged)
-        pairs = analysis.pair_table(gens, study.pair_signals.read(study.pairs_path(p)), cp)
+        pairs = analysis.pair_table(gens, cp)
     else:
         decisions = decided.assign(model=Path(decisions_csv).stem, judge="decision")
         pairs = {}
