@@ -10,6 +10,7 @@ import torch
 
 import standins
 from refusal_audit import chat, families, generation, models, prompts, retention
+from refusal_audit.attention import attention_hook
 from refusal_audit.config import ModelSpec
 from refusal_audit.paths import ROOT
 from refusal_audit.studies.confusion import user_span
@@ -104,6 +105,47 @@ def test_every_policy_equals_its_masked_reference(hub, family, name):
     assert (torch.stack(ours) - ref).abs().max().item() < 1e-3
 
 
+def peaked(model):
+    """A copy of ``model`` whose query and key weights are scaled up, so that attention is far from
+    uniform (random weights give near-uniform attention, where scale and soft-cap barely show)."""
+    import copy
+
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if any(k in name for k in ("q_proj", "k_proj", "qkv_proj")):
+                param.mul_(40)
+    return model
+
+
+@pytest.mark.parametrize("family", ENGINE)
+def test_snapkv_scores_are_the_models_own_attention(hub, family):
+    """SnapKV's window scores equal the family's own eager attention weights (its scale: Granite's
+    attention multiplier, Gemma 2's query_pre_attn_scalar and soft-cap), summed over the window and
+    averaged over each KV head's query heads."""
+    import copy
+
+    model, tok = load(hub, family)
+    model = peaked(model)
+    ids, w = prompt(tok, filler=20), 8
+    pre = generation.prefill(model, ids, capture_window=w)
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    assert len(attentions) == len(pre.window_scores)
+    standard = []  # the scores at the textbook scale 1/sqrt(head_dim), without a soft-cap
+    with attention_hook(model, lambda i, q, k, m: standard.append(retention.window_scores(q.float(), k.float(), w)[0])):
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]))
+    for ours, attn, plain in zip(pre.window_scores, attentions, standard):
+        heads, kv = attn.shape[1], ours.shape[0]
+        ref = attn[0, :, -w:].float().sum(1).view(kv, heads // kv, -1).mean(1)
+        assert (ours - ref).abs().max().item() < 1e-4
+        if family in ("granite_guardian", "gemma2"):  # a family-specific scale: the textbook one would be wrong
+            assert (plain - ref).abs().max().item() > 1e-2
+
+
 @pytest.mark.parametrize("family", ENGINE)
 def test_sampled_grid_is_reproducible_under_its_seed(hub, family):
     model, tok = load(hub, family)
@@ -147,11 +189,7 @@ def test_soft_capping_is_applied(hub):
     import copy
 
     model, tok = load(hub, "gemma2")
-    model = copy.deepcopy(model)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(40)
-            layer.self_attn.k_proj.weight.mul_(40)
+    model = peaked(model)
     ids = prompt(tok, filler=10)
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
