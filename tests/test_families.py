@@ -64,9 +64,14 @@ def test_loads_offline_by_hub_id(hub, family):
     assert next(model.parameters()).dtype == torch.float32 and not model.training
 
 
-def test_bfloat16_loads_on_cpu(hub):
-    model, _ = models.load(ModelSpec(standins.ENGINE_IDS["qwen2"], dtype="bfloat16"), device="cpu")
+def test_bfloat16_on_cpu_runs_the_engine(hub):
+    model, tok = models.load(ModelSpec(standins.ENGINE_IDS["qwen2"], dtype="bfloat16"), device="cpu")
     assert next(model.parameters()).dtype == torch.bfloat16
+    ids = prompt(tok)
+    ref = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    tokens, _ = generation.decode_greedy(model, generation.prefill(model, ids), None, 6, set())
+    assert tokens == ref[0, len(ids):].tolist()
 
 
 def prompt(tok, filler=60):
@@ -239,6 +244,18 @@ def test_every_study_renders(tokenizers, family):
     assert user_span(tok, SYSTEM, built)[1] <= len(built)
     # policy: the guard's template (Granite Guardian with its guardian_config)
     families.check_rendering("policy", tok, {"system": None, "risk_name": "harm" if family == "granite_guardian" else None})
+
+
+def test_a_template_that_cannot_render_a_study_is_refused(tokenizers):
+    import copy
+
+    tok = copy.deepcopy(tokenizers["qwen2"])
+    tok.chat_template = standins.CHATML.replace("message['content']", "message['content'] + message['content']")
+    with pytest.raises(chat.RenderError, match="exactly once"):  # the kv filler could not be exact
+        families.check_rendering("kv", tok, {"system": None})
+    tok.chat_template = "{{ raise_exception('Only one role') if messages|length > 0 }}"
+    with pytest.raises(chat.RenderError, match="cannot render"):
+        families.check_rendering("confusion", tok, {"system": SYSTEM})
 
 
 def test_system_role_rules(tokenizers):
