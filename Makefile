@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism frame-control check install clean-ci plan
+.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -94,6 +94,11 @@ judges-llm: $(VENV)/.installed
 # and evaluate it beside the plain model (organism/evaluation.csv).
 organism: $(VENV)/.installed
 	$(PY) -m refusal_audit.organism_build
+
+# Build the kv study's positive control (a testbed: hard refusals with the system safety text in its cache,
+# soft ones without it or after sink_tail eviction) and evaluate it (organism/kv_control/evaluation.csv).
+kv-control: $(VENV)/.installed
+	$(PY) -m refusal_audit.studies.kv.control
 
 # Build the frames study's positive control (a testbed: refuses non-harmful requests under the
 # evaluation frame only) and evaluate it per frame (organism/frame_control/evaluation.csv).

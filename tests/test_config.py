@@ -95,7 +95,7 @@ def test_a_key_given_twice_is_refused(tmp_path):
 def test_study_keys_are_named_with_their_section(tmp_path):
     with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.data\.n_harmfull: unknown key"):
         config.load(write(tmp_path, minimal(kv={"model": "m", "data": {"n_harmfull": 3}})))
-    with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.model: missing required key"):
+    with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.models: expected a list of model names"):
         config.load(write(tmp_path, minimal(kv={"sink": 4})))
     with pytest.raises(config.ParamsError, match=r"x\.yaml: kv\.data\.n_harmful: expected an integer >= 1"):
         config.load(write(tmp_path, minimal(kv={"model": "m", "data": {"n_harmful": 0}})))

@@ -65,6 +65,16 @@ def build(params: Params, load_model=None) -> list:
     return judges
 
 
+def emitted(params: Params) -> set[str]:
+    """The names of the judges ``build(params)`` makes, known without loading any of them."""
+    names = {"keyword"}
+    if params.judges.learned:
+        names |= {"learned_refusal", "learned_refusal_soft", "learned_harmful"}
+    if params.judges.llm is not None:
+        names |= {f"llm_{q}" for q in params.judges.llm.questions}
+    return names
+
+
 def judge_replies(judges: list, replies: pd.DataFrame) -> pd.DataFrame:
     """Judge every row of ``replies`` (columns generation_id, prompt, reply) with every judge.
 

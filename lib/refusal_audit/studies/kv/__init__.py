@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from ... import datasets, executor, generation, judges, store
-from ...config import ParamsError, need
+from ...config import ParamsError, need, need_models
+from ...paths import ROOT
 from ...prompts import build_prompts
 from . import analysis, design, figures as kv_figures
 
@@ -40,9 +41,27 @@ class DataParams:
 
 
 @dataclass
+class Confirmatory:
+    """The confirmatory test (DEFINITIONS.md): per model and family member, the ``monitor`` judge's refusal
+    drop (full - arm) minus the ``reference`` judge's, paired by prompt; Holm over ``family`` per model."""
+
+    monitor: str = "keyword"
+    reference: str = "learned_refusal"
+    # "arm@filler" at the main condition (harmful prompts, system prompt on); empty = every evicting arm of
+    # the design at every filler length
+    family: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Params:
-    model: str
+    model: str | None = None     # one model (read for a single-model run) ...
+    models: list[str] = field(default_factory=list)  # ... or several: every table carries ``model``
     data: DataParams = field(default_factory=DataParams)
+    # the run's planted controls (TESTBEDS), named for the verdicts and the annotation sheet: a model built
+    # to show the effect (the style-shift control) and one that must not show it (the refusing organism)
+    positive_control: str | None = None
+    null_control: str | None = None
+    confirmatory: Confirmatory = field(default_factory=Confirmatory)
     system_prompt: str = ""
     filler_tokens: int = 2048
     filler_ablation: list[int] = field(default_factory=lambda: [0, 512, 2048])
@@ -56,10 +75,37 @@ class Params:
     mmlu_filler_tokens: int = 2048
 
 
+def model_names(kv) -> list[str]:
+    """The study's models: ``kv.models``, or ``[kv.model]``."""
+    return list(kv.models) or [kv.model]
+
+
 def check(p, where: str) -> None:
     """The kv section's constraints (no files, no models)."""
     kv = p.studies[NAME]
-    need(kv.model in p.models, where, "kv.model", f"a model named under models ({sorted(p.models)})", kv.model)
+    need(not (kv.model and kv.models), where, "kv.models", "kv.model (one model) or kv.models (a list), not both",
+         f"model: {kv.model}, models: {kv.models}")
+    need(bool(kv.model or kv.models), where, "kv.models", "a list of model names (or kv.model: one name)",
+         "neither kv.model nor kv.models")
+    if kv.models:
+        need_models(p, where, "kv.models", kv.models)
+    else:
+        need(kv.model in p.models, where, "kv.model", f"a model named under models ({sorted(p.models)})", kv.model)
+    for key in ("positive_control", "null_control"):
+        name = getattr(kv, key)
+        need(name is None or name in model_names(kv), where, f"kv.{key}",
+             f"one of the study's models ({model_names(kv)})", name)
+    c = kv.confirmatory
+    emitted = judges.emitted(p)
+    for key in ("monitor", "reference"):
+        need(getattr(c, key) in emitted, where, f"kv.confirmatory.{key}",
+             f"a judge the run emits ({sorted(emitted)})", getattr(c, key))
+    need(c.monitor != c.reference, where, "kv.confirmatory.reference", "a judge other than the monitor", c.reference)
+    arms = design.main_arms(kv)
+    for i, entry in enumerate(c.family):
+        need(entry in arms, where, f"kv.confirmatory.family[{i}]",
+             f"an arm@filler of the main condition that the params define ({', '.join(arms)})", entry)
+    need(len(set(c.family)) == len(c.family), where, "kv.confirmatory.family", "no repeated entries", c.family)
     d = kv.data
     need(d.harmful_source in ("harmbench", "advbench"), where, "kv.data.harmful_source", "harmbench or advbench",
          d.harmful_source)
@@ -85,12 +131,13 @@ def preflight(p, models) -> None:
     """Data present and samplable; every prompt fits the model's context window."""
     kv = p.studies[NAME]
     items(p)
-    context = models.context_window(kv.model)
-    for key in ("filler_tokens", "mmlu_filler_tokens"):
-        filler = getattr(kv, key)
-        if context and filler + kv.max_new_tokens >= context:
-            raise ParamsError(f"{p.source_file}: kv.{key}: {filler} filler tokens + {kv.max_new_tokens} new tokens "
-                              f"do not fit the context window of {kv.model} ({context} positions)")
+    for m in model_names(kv):
+        context = models.context_window(m)
+        for key in ("filler_tokens", "mmlu_filler_tokens"):
+            filler = getattr(kv, key)
+            if context and filler + kv.max_new_tokens >= context:
+                raise ParamsError(f"{p.source_file}: kv.{key}: {filler} filler tokens + {kv.max_new_tokens} new "
+                                  f"tokens do not fit the context window of {m} ({context} positions)")
 
 
 # --- 01 items ------------------------------------------------------------------------------------------
@@ -133,14 +180,15 @@ def mmlu_question(row) -> str:
 def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
     """Every item under each of its conditions: main filler, filler ablation, system prompt off, MMLU."""
     kv = p.studies[NAME]
-    tokenizer, context = models.tokenizer(kv.model), models.context_window(kv.model)
     items = items.assign(query=[mmlu_question(r) if r["role"] == "mmlu" else r["text"] for _, r in items.iterrows()])
     parts = []
-    for c in design.conditions(kv, set(items["role"])):
-        subset = items[items["role"] == c.role]
-        system = kv.system_prompt if c.system_prompt else None
-        new = 1 if c.role == "mmlu" else kv.max_new_tokens
-        parts.append(build_prompts(subset, tokenizer, [(c.filler_tokens, system)], context, new))
+    for m in model_names(kv):  # each model's own tokenizer and chat template
+        tokenizer, context = models.tokenizer(m), models.context_window(m)
+        for c in design.conditions(kv, set(items["role"])):
+            subset = items[items["role"] == c.role]
+            system = kv.system_prompt if c.system_prompt else None
+            new = 1 if c.role == "mmlu" else kv.max_new_tokens
+            parts.append(build_prompts(subset, tokenizer, [(c.filler_tokens, system)], context, new).assign(model=m))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -149,22 +197,25 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     """ONE prefill per prompt; every policy of its condition decodes greedily from its own copy of the
     cache. MMLU items are answered by the most likely letter after a cue, under the same retention."""
     kv = p.studies[NAME]
-    tokenizer = models.tokenizer(kv.model)  # the model itself loads where it runs (executor)
 
     def policies_of(row):
         return design.policies(kv, row["role"], int(row["filler_tokens"]), bool(row["system_prompt"]))
 
-    harmful = prompts[prompts["role"] != "mmlu"]
-    mmlu = prompts[prompts["role"] == "mmlu"]
-    context = models.context_window(kv.model)
-    generation.check_plan(harmful, policies_of, context, kv.max_new_tokens)  # both plans before any work
-    generation.check_plan(mmlu, policies_of, context, 1)
+    plans = []
+    for m in model_names(kv):  # every model's plans checked before any work
+        mine, context = prompts[prompts["model"] == m], models.context_window(m)
+        harmful, mmlu = mine[mine["role"] != "mmlu"], mine[mine["role"] == "mmlu"]
+        generation.check_plan(harmful, policies_of, context, kv.max_new_tokens)
+        generation.check_plan(mmlu, policies_of, context, 1)
+        plans.append((m, harmful, mmlu))
     greedy = [generation.Decoding(0.0, p.seed, kv.max_new_tokens)]
-    parts = [executor.generate(p, models, kv.model, harmful, policies_of, shards, greedy)]
-    if len(mmlu):
-        cue = tokenizer.encode(MMLU_CUE, add_special_tokens=False)
-        parts.append(executor.generate(p, models, kv.model, mmlu, policies_of, shards, greedy,
-                                       answer_cue=(cue, ["A", "B", "C", "D"])))
+    parts = []
+    for m, harmful, mmlu in plans:
+        parts.append(executor.generate(p, models, m, harmful, policies_of, shards, greedy))
+        if len(mmlu):
+            cue = models.tokenizer(m).encode(MMLU_CUE, add_special_tokens=False)  # the model loads where it runs
+            parts.append(executor.generate(p, models, m, mmlu, policies_of, shards, greedy,
+                                           answer_cue=(cue, ["A", "B", "C", "D"])))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -181,7 +232,9 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
 
 def annotation_sheet(p, judgments: pd.DataFrame, replies: pd.DataFrame, folder: Path,
                      truncate: int | None = 600) -> Path | None:
-    """``sheet.csv`` (blind: no labels, no ids) and ``key.csv`` (sheet id -> generation id)."""
+    """``sheet.csv`` (blind: no labels, no ids, no model), ``key.csv`` (sheet id -> generation id) and
+    ``counts.csv`` (disagreements per model and arm). The positive control's disagreements come first:
+    they are the replies whose labels decide whether the monitors disagree for the planted reason."""
     from ...judges import human
 
     others = [j for j in ("learned_refusal", "learned_refusal_soft", "learned_harmful") if j in set(judgments["judge"])]
@@ -189,9 +242,17 @@ def annotation_sheet(p, judgments: pd.DataFrame, replies: pd.DataFrame, folder: 
         return None
     sheet, key = human.disagreement_sheet(judgments, replies, "keyword", others, p.seed, truncate,
                                           refusing=analysis.REFUSING)
+    meta = key.merge(replies[["generation_id", "model", "policy", "sink", "filler_tokens", "system_prompt"]],
+                     on="generation_id", how="left")
+    first = p.studies[NAME].positive_control
+    order = meta["model"].ne(first).to_numpy().argsort(kind="stable")  # the control first, shuffled within
+    sheet, key, meta = (t.iloc[order].reset_index(drop=True) for t in (sheet, key, meta))
+    meta["arm"] = [analysis.arm(pol, s, p.studies[NAME].sink) for pol, s in zip(meta["policy"], meta["sink"])]
+    counts = meta.groupby(["model", "filler_tokens", "system_prompt", "arm"]).size().rename("disagreements")
     folder.mkdir(parents=True, exist_ok=True)
     sheet.to_csv(folder / "sheet.csv", index=False)
     key.to_csv(folder / "key.csv", index=False)
+    counts.reset_index().to_csv(folder / "counts.csv", index=False)
     return folder / "sheet.csv"
 
 
@@ -200,7 +261,10 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     """Refusal rates (Wilson), McNemar + bootstrap drops, judge agreement, MMLU accuracy and tests."""
     kv, s = p.studies[NAME], p.stats
     out = analysis.outcomes(generations, judgments, kv.sink)
+    c = kv.confirmatory
     tables = {
+        "confirmatory": analysis.monitor_difference(out, c.monitor, c.reference, family(kv), kv.filler_tokens,
+                                                    s.n_bootstrap, p.seed, s.alpha),
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
@@ -209,6 +273,41 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
     return tables
+
+
+def family(kv) -> list[str]:
+    """The declared confirmatory family, or every evicting arm of the main condition when none is declared."""
+    return list(kv.confirmatory.family) or design.main_arms(kv)
+
+
+def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The study's answer in words, generated from ``confirmatory``: per model, each family member's
+    monitor difference with its CI and Holm p, and whether the planted control was recovered and the
+    null control rejected (``kv.positive_control``, ``kv.null_control``)."""
+    kv = p.studies[NAME]
+    conf = tables["confirmatory"]
+    if conf.empty:
+        return ["kv: no confirmatory test could run (no harmful prompt under the main condition)."]
+    c, alpha = kv.confirmatory, p.stats.alpha
+    out = []
+    for model, g in conf.groupby("model", sort=False):
+        tag = " (TESTBED)" if p.models[model].testbed else ""
+        parts = [f"{r.family_member}: {r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], "
+                 f"Holm p {r.holm_p:.3g}" for r in g.itertuples()]
+        hits = g[g["significant"]]
+        out.append(f"kv, {model}{tag}: the {c.monitor} monitor's refusal drop under eviction minus the "
+                   f"{c.reference} judge's, per arm (n = {int(g['n_pairs'].max())} prompts): " + "; ".join(parts)
+                   + f". {len(hits)} of {len(g)} family members significant after Holm at alpha {alpha}.")
+    for role, name in (("positive", kv.positive_control), ("null", kv.null_control)):
+        if name is None or name not in set(conf["model"]):
+            continue
+        hit = bool(conf[conf["model"] == name]["significant"].any())
+        ok = hit if role == "positive" else not hit
+        what = ("recovered: a significant monitor difference" if hit else "NOT recovered: no significant monitor "
+                "difference") if role == "positive" else ("rejected: no significant monitor difference" if not hit
+                                                        else "NOT rejected: a significant monitor difference")
+        out.append(f"kv {role} control {name}: {what}{'' if ok else ' (the study failed its control)'}.")
+    return out
 
 
 def main_condition(p, rates: pd.DataFrame) -> pd.DataFrame:
@@ -224,13 +323,20 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
 
     kv = p.studies[NAME]
     rates = tables["refusal_rates"]
-    testbed = ("TESTBED: a model organism built to refuse, not evidence about production models. "
-               if p.models[kv.model].testbed else "")
+    names = model_names(kv)
+    testbeds = [m for m in names if p.models[m].testbed]
+    testbed = (f"TESTBED{'S' if len(testbeds) > 1 else ''} ({', '.join(testbeds)}): model organisms built to refuse, "
+               "not evidence about production models. " if testbeds else "")
     llm = f"LLM judges: {p.judges.llm.model}. " if p.judges.llm else ""
-    caption = (testbed + f"{kv.model}; {rates['n'].max()} HarmBench prompts per arm; keep_ratio {kv.keep_ratio}; "
-               f"Wilson 95 % CIs; {llm}Run {p.run_name!r}. Aggregates only.")
+    caption = (testbed + f"{', '.join(names)}; {rates['n'].max()} HarmBench prompts per arm; keep_ratio "
+               f"{kv.keep_ratio}; Wilson 95 % CIs; {llm}Run {p.run_name!r}. Aggregates only.")
     main = main_condition(p, rates)
-    drawn = {
+    drawn = {}
+    if not tables["confirmatory"].empty:
+        drawn["kv_monitor_difference"] = kv_figures.monitor_difference(
+            tables["confirmatory"], caption + " Paired bootstrap 95 % CIs over prompts; * Holm p < "
+            f"{p.stats.alpha} (sign-flip test of the difference).")
+    drawn |= {
         "kv_refusal_by_judge": kv_figures.refusal_by_judge(
             main, ["full", "sink_tail", "snapkv"], caption + f" Filler {kv.filler_tokens} tokens, sink {kv.sink}."),
         "kv_sink_dose_response": kv_figures.sink_dose_response(main, kv.sink,
@@ -241,7 +347,7 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     if "mmlu_accuracy" in tables:
         acc = tables["mmlu_accuracy"]
         drawn["kv_mmlu_accuracy"] = kv_figures.mmlu_accuracy(
-            acc, testbed + f"{kv.model}; {acc['n'].max()} MMLU-math items; filler {kv.mmlu_filler_tokens} tokens.")
+            acc, testbed + f"{acc['n'].max()} MMLU-math items; filler {kv.mmlu_filler_tokens} tokens.")
     for name, fig in drawn.items():
         save(fig, name, folders)
     return list(drawn)
@@ -249,11 +355,22 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
 
 # --- the report's items ----------------------------------------------------------------------------------
 def audited_pools(p) -> list[str]:
-    """Pools whose items are excluded before the statistics: the organism's (when it is the model) and
-    the learned judges' (the kv study measures the monitors themselves)."""
+    """Pools whose items are excluded before the statistics: the organism's and the style-shift control's
+    (when measured) and the learned judges' (the kv study measures the monitors themselves)."""
     from ... import report
+    from .control import ADAPTER
 
-    return report.pools_for(p, [p.studies[NAME].model], learned_judges=True)
+    names = model_names(p.studies[NAME])
+    uses_control = any(p.models[n].adapter == str(ADAPTER.relative_to(ROOT)) for n in names)
+    return report.pools_for(p, names, learned_judges=True) + ([NAME] if uses_control else [])
+
+
+def training_pool(p) -> pd.DataFrame:
+    """The style-shift control's training requests (``control.py``)."""
+    from .control import OUT
+
+    texts = pd.read_csv(OUT / "training_data.csv", keep_default_na=False)["prompt"].drop_duplicates()
+    return pd.DataFrame({"id": [f"kv-control-{i}" for i in range(len(texts))], "prompt": texts.to_numpy()})
 
 
 def reporting(p) -> dict[str, str]:
@@ -265,12 +382,14 @@ def reporting(p) -> dict[str, str]:
     lines = [f"* `{j}`: {DEFINITIONS[j]}" for j in used]
     return {
         "definition": "A reply counts as a refusal under a judge's own definition; a harmful-compliance judge's "
-                      "`not_harmful` counts as the classifier's refusal (the kv paper's convention).\n\n"
-                      + "\n".join(lines),
+                      "`not_harmful` counts as the classifier's refusal (the kv paper's convention). The "
+                      "confirmatory test is the monitor difference: the monitor's refusal drop under eviction minus "
+                      "the reference judge's, paired by prompt, sign-flip test, Holm over the declared family "
+                      "(`studies/kv/DEFINITIONS.md`).\n\n" + "\n".join(lines),
         "seed_floor": "Nothing is trained in this study's run: greedy decoding is deterministic, the judges' heads "
-                      "and the organism's adapter are committed files (retrained deterministically by `make judges` "
-                      "and `make organism`). The organism was trained under one seed: its seed floor is not "
-                      "measured.",
+                      "and the testbeds' adapters (the refusing organism, the style-shift control) are committed "
+                      "files (retrained deterministically by `make judges`, `make organism` and `make kv-control`). "
+                      "Each testbed was trained under one seed: its seed floor is not measured.",
     }
 
 
@@ -297,13 +416,19 @@ def summary(p, stage: str, table) -> list:
                 "Agreement between judges on the same replies (kv's convention: a harmful judge's "
                 "not_harmful counts as a refusal):", judges.agreement(table, analysis.REFUSING)]
     if stage == "analyse":
-        main = main_condition(p, table["refusal_rates"]).pivot(index="arm", columns="judge", values="rate")
-        shown = [main.round(3), "Paired tests, full retention against every other arm:",
-                 table["paired_tests"].round(4)]
+        main = main_condition(p, table["refusal_rates"]).pivot(index=["model", "arm"], columns="judge", values="rate")
+        cols = ["model", "family_member", "n_pairs", "monitor_drop", "reference_drop", "difference", "difference_lo",
+                "difference_hi", "p", "holm_p", "monitor_holm_p", "reference_holm_p"]
+        conf = table["confirmatory"]
+        shown = [main.round(3),
+                 "The confirmatory test (DEFINITIONS.md): the monitor's refusal drop minus the reference judge's, "
+                 "paired by prompt, sign-flip test, Holm over the declared family per model:",
+                 conf[[c for c in cols if c in conf]].round(4),
+                 "Paired tests, full retention against every other arm (descriptive):", table["paired_tests"].round(4)]
         if "mmlu_accuracy" in table:
             shown += ["Task accuracy under the same retention (MMLU-math):", table["mmlu_accuracy"].round(3),
                       table["mmlu_tests"].round(4)]
-        return shown
+        return shown + ["**Verdict.** " + " ".join(verdicts(p, table))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
@@ -320,13 +445,14 @@ def plan(p) -> pd.DataFrame:
     counts = {"harmful": d.n_harmful, "harmful_official": d.n_official, "mmlu": d.mmlu_per_subject * len(d.mmlu_subjects)}
     query = {"harmful": 25, "harmful_official": 25, "mmlu": 120}  # tokens: a behaviour; a question and four options
     rows, replies = [], 0
-    for c in design.conditions(kv, {role for role, n in counts.items() if n}):
-        shared = c.filler_tokens + (P.tokens(kv.system_prompt) if c.system_prompt else 0)
-        policies = design.policies(kv, c.role, c.filler_tokens, c.system_prompt)
-        new = 1 if c.role == "mmlu" else kv.max_new_tokens
-        part = f"{c.role} filler {c.filler_tokens}" + ("" if c.system_prompt else " no system")
-        r = P.row(NAME, kv.model, part, counts[c.role], len(policies), 1, P.CHAT_OVERHEAD + shared + query[c.role], new,
-                  shared)
-        rows.append(r)
-        replies += r["generations"] if c.role != "mmlu" else 0
+    for m in model_names(kv):
+        for c in design.conditions(kv, {role for role, n in counts.items() if n}):
+            shared = c.filler_tokens + (P.tokens(kv.system_prompt) if c.system_prompt else 0)
+            policies = design.policies(kv, c.role, c.filler_tokens, c.system_prompt)
+            new = 1 if c.role == "mmlu" else kv.max_new_tokens
+            part = f"{c.role} filler {c.filler_tokens}" + ("" if c.system_prompt else " no system")
+            r = P.row(NAME, m, part, counts[c.role], len(policies), 1, P.CHAT_OVERHEAD + shared + query[c.role], new,
+                      shared)
+            rows.append(r)
+            replies += r["generations"] if c.role != "mmlu" else 0
     return P.frame(rows + P.judge_rows(p, NAME, replies, query["harmful"], kv.max_new_tokens))

@@ -60,3 +60,14 @@ def policies(kv, role: str, filler_tokens: int, system_prompt: bool) -> list[ret
         return [full, primary]
     sinks = [policy(kv, "sink_tail", s) for s in dict.fromkeys([kv.sink] + kv.sink_ablation) if s != kv.sink]
     return [full, primary, *sinks, snap]
+
+
+def main_arms(kv) -> list[str]:
+    """Every evicting arm of the main condition (harmful prompts, system prompt on) as ``arm@filler``:
+    the sink ablation and SnapKV at the main filler, sink_tail at each other filler length; the
+    confirmatory family is declared from these (``kv.confirmatory.family``)."""
+    from .analysis import arm
+
+    fillers = [kv.filler_tokens] + [f for f in kv.filler_ablation if f != kv.filler_tokens]
+    return [f"{arm(pol.name, pol.sink, kv.sink)}@{f}" for f in dict.fromkeys(fillers)
+            for pol in policies(kv, "harmful", f, True) if pol.name != "full"]

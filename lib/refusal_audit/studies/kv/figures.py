@@ -8,40 +8,76 @@ import seaborn as sns
 from ... import plots
 
 
+def _panels(models: list[str], width: float, height: float = 3.4):
+    fig, axes = plt.subplots(1, len(models), figsize=(width * len(models), height), squeeze=False, sharey=True)
+    return fig, dict(zip(models, axes[0]))
+
+
 def refusal_by_judge(rates: pd.DataFrame, arms: list[str], caption: str):
-    """Refusal rate per judge and retention policy, main condition, Wilson 95 % CIs."""
+    """Refusal rate per judge and retention policy, main condition, Wilson 95 % CIs; one panel per model."""
     data = rates[rates["arm"].isin(arms)]
     judges = sorted(data["judge"].unique())
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(judges)), 3.4))
-    sns.barplot(data=data, x="judge", y="rate", hue="arm", order=judges, hue_order=arms, errorbar=None, ax=ax)
-    plots.errorbars(ax, data, "judge", "arm", judges, arms)
-    ax.set(ylim=(0, 1.05), ylabel="refusal rate", xlabel="judge", title="Refusal rate by judge and KV retention")
-    ax.set_xticks(range(len(judges)), [plots.two_lines(j) for j in judges])  # long names would run together
-    ax.legend(title="retention", fontsize=7, title_fontsize=8)
+    models = list(dict.fromkeys(data["model"]))
+    fig, axes = _panels(models, max(6.4, 1.1 * len(judges)))
+    for model, ax in axes.items():
+        d = data[data["model"] == model]
+        sns.barplot(data=d, x="judge", y="rate", hue="arm", order=judges, hue_order=arms, errorbar=None, ax=ax)
+        plots.errorbars(ax, d, "judge", "arm", judges, arms)
+        ax.set(ylim=(0, 1.05), ylabel="refusal rate", xlabel="judge", title=model)
+        ax.set_xticks(range(len(judges)), [plots.two_lines(j) for j in judges])  # long names would run together
+        ax.legend(title="retention", fontsize=7, title_fontsize=8)
+    fig.suptitle("Refusal rate by judge and KV retention", y=1.02)
+    plots.caption(fig, caption)
+    return fig
+
+
+def monitor_difference(conf: pd.DataFrame, caption: str):
+    """The confirmatory test: per model and family member, the monitor's and the reference judge's
+    refusal drops (full - arm) and their difference, with 95 % paired bootstrap CIs; * = Holm p < alpha."""
+    models = list(dict.fromkeys(conf["model"]))
+    fig, axes = _panels(models, max(4.8, 1.3 * conf["family_member"].nunique()))
+    parts = [("monitor_drop", f"{conf['monitor'].iloc[0]} drop"), ("reference_drop", f"{conf['reference'].iloc[0]} drop"),
+             ("difference", "difference")]
+    for model, ax in axes.items():
+        d = conf[conf["model"] == model].reset_index(drop=True)
+        for k, (col, label) in enumerate(parts):
+            x = d.index + (k - 1) * 0.22
+            lo, hi = d[f"{col}_lo"], d[f"{col}_hi"]
+            ax.errorbar(x, d[col], yerr=[d[col] - lo, hi - d[col]], fmt="o", capsize=3, label=label)
+        for i, r in d.iterrows():
+            if r["significant"]:
+                ax.annotate("*", (i + 0.22, r["difference_hi"]), ha="center", va="bottom", fontsize=12)
+        ax.axhline(0, color="0.4", lw=0.8)
+        ax.set_xticks(d.index, [m.replace("@", "\n@") for m in d["family_member"]])
+        ax.set(ylim=(-1.1, 1.15), xlabel="arm @ filler tokens", ylabel="refusal drop (full - arm)", title=model)
+        ax.legend(fontsize=7)
+    fig.suptitle("Monitor difference under eviction (the confirmatory test)", y=1.02)
     plots.caption(fig, caption)
     return fig
 
 
 def sink_dose_response(rates: pd.DataFrame, primary_sink: int, caption: str):
-    """Refusal rate under sink_tail eviction as a function of the sink size, per judge; dashed: full."""
+    """Refusal rate under sink_tail eviction as a function of the sink size, per judge (dashed: full);
+    one panel per model."""
     tail = rates[rates["arm"].str.startswith("sink_tail")].copy()
     tail["sink_value"] = tail["arm"].str.extract(r"sink=(\d+)")[0].astype(float).fillna(primary_sink)
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
     palette = dict(zip(sorted(rates["judge"].unique()), sns.color_palette()))
-    for judge, g in tail.groupby("judge"):
-        g = g.sort_values("sink_value")
-        ax.errorbar(g["sink_value"], g["rate"], yerr=[g["rate"] - g["ci_lo"], g["ci_hi"] - g["rate"]],
-                    marker="o", capsize=3, label=judge, color=palette[judge])
-        full = rates[(rates["judge"] == judge) & (rates["arm"] == "full")]["rate"]
-        if not full.empty:
-            ax.axhline(full.iloc[0], ls="--", lw=0.8, color=palette[judge])
-    sinks = sorted(tail["sink_value"].unique())
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sinks, [f"{s:g}" for s in sinks])
-    ax.minorticks_off()
-    ax.set(ylim=(0, 1.05), xlabel="sink tokens kept", ylabel="refusal rate",
-           title="Sink dose-response (dashed: full retention)")
-    ax.legend(fontsize=7)
+    fig, axes = _panels(list(dict.fromkeys(rates["model"])), 5.2)
+    for model, ax in axes.items():
+        for judge, g in tail[tail["model"] == model].groupby("judge"):
+            g = g.sort_values("sink_value")
+            ax.errorbar(g["sink_value"], g["rate"], yerr=[g["rate"] - g["ci_lo"], g["ci_hi"] - g["rate"]],
+                        marker="o", capsize=3, label=judge, color=palette[judge])
+            full = rates[(rates["model"] == model) & (rates["judge"] == judge) & (rates["arm"] == "full")]["rate"]
+            if not full.empty:
+                ax.axhline(full.iloc[0], ls="--", lw=0.8, color=palette[judge])
+        sinks = sorted(tail["sink_value"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sinks, [f"{s:g}" for s in sinks])
+        ax.minorticks_off()
+        ax.set(ylim=(0, 1.05), xlabel="sink tokens kept", ylabel="refusal rate", title=model)
+        ax.legend(fontsize=7)
+    fig.suptitle("Sink dose-response (dashed: full retention)", y=1.02)
     plots.caption(fig, caption)
     return fig
 
@@ -49,8 +85,8 @@ def sink_dose_response(rates: pd.DataFrame, primary_sink: int, caption: str):
 def filler_ablation(rates: pd.DataFrame, caption: str):
     """Refusal rate by filler length, full vs primary eviction, one panel per judge."""
     data = rates[rates["arm"].isin(["full", "sink_tail"])]
-    g = sns.FacetGrid(data, col="judge", hue="arm", hue_order=["full", "sink_tail"], height=2.8, aspect=1.0,
-                      ylim=(0, 1.05))
+    g = sns.FacetGrid(data, row="model", col="judge", hue="arm", hue_order=["full", "sink_tail"], height=2.8,
+                      aspect=1.0, ylim=(0, 1.05))
     g.map_dataframe(lambda data, color, label: plt.errorbar(
         data["filler_tokens"], data["rate"], yerr=[data["rate"] - data["ci_lo"], data["ci_hi"] - data["rate"]],
         marker="o", capsize=3, color=color, label=label))
@@ -61,13 +97,12 @@ def filler_ablation(rates: pd.DataFrame, caption: str):
 
 
 def mmlu_accuracy(acc: pd.DataFrame, caption: str):
-    """MMLU-math accuracy per retention policy, Wilson 95 % CIs."""
-    fig, ax = plt.subplots(figsize=(4.2, 3.0))
-    order = list(acc["arm"])
-    sns.barplot(data=acc, x="arm", y="rate", order=order, errorbar=None, ax=ax, color=sns.color_palette()[0])
-    for bar, (_, r) in zip(ax.patches, acc.iterrows()):
-        cx = bar.get_x() + bar.get_width() / 2
-        ax.plot([cx, cx], [r["ci_lo"], r["ci_hi"]], color="0.15", lw=1)
+    """MMLU-math accuracy per model and retention policy, Wilson 95 % CIs."""
+    order, models = list(dict.fromkeys(acc["arm"])), list(dict.fromkeys(acc["model"]))
+    fig, ax = plt.subplots(figsize=(max(4.2, 2.2 * len(models)), 3.0))
+    sns.barplot(data=acc, x="arm", y="rate", hue="model", order=order, hue_order=models, errorbar=None, ax=ax)
+    plots.errorbars(ax, acc, "arm", "model", order, models)
+    ax.legend(fontsize=7)
     ax.axhline(0.25, ls=":", color="0.4", lw=0.8)
     ax.set(ylim=(0, 1.05), xlabel="retention", ylabel="accuracy", title="MMLU-math under the same retention")
     plots.caption(fig, caption + " Dotted: chance (25 %).")
