@@ -296,3 +296,18 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert any("m1:null" in v and "not significant; not beyond" in v for v in analysis.verdicts(t, 0.05))
     with pytest.raises(config.ParamsError, match="frames.null_control"):
         three_models(null_control=["m9"])
+
+
+def test_familiarity_on_the_public_text_against_its_unseen_rewording():
+    items = pd.DataFrame({"item_id": ["a", "b"], "text": ["sa", "sb"], "request_a": ["ra", "rb"],
+                          "request_b": ["qa", "qb"]})
+    t = familiarity.texts(items)
+    assert sorted(t["paraphrase"].unique()) == ["request_A", "request_B", "source"] and len(t) == 6
+    score = {"sa": -2.0, "ra": -3.0, "qa": -4.0, "sb": -5.0, "rb": -4.0, "qb": -4.0, "A": -1.0, "B": -2.0}
+    bodies = pd.DataFrame({"item_id": ["a", "a", "b", "b"], "paraphrase": ["A", "B", "A", "B"], "body": ["A", "B", "A", "B"]})
+    scored = pd.concat([bodies, t]).assign(model="m", min_k=lambda x: x["body"].map(score))
+    got = familiarity.per_item(scored).set_index("item_id")
+    assert got.loc["a", "familiarity"] == -2.0 and got.loc["a", "familiarity_reference"] == -3.5
+    assert got.loc["a", "familiarity_excess"] == 1.5 and got.loc["a", "familiar"]
+    assert got.loc["b", "familiarity_excess"] == -1.0 and not got.loc["b", "familiar"]
+    assert got.loc["b", "familiarity_bodies"] == -1.5

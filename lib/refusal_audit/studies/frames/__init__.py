@@ -342,9 +342,11 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     tiers = tiers_from(calib, fr.drop_untiered)
     store.write_atomic(tiers.assign(reference_model=ref), folder / f"{NAME}_tiers.parquet")
     fam, parts = [], []
+    public = familiarity.texts(items(p))  # the source texts and their unseen reference (the requests)
     for m in fr.models:
         model, tok = models.load(m)
         b = prompts[prompts["model"] == m].drop_duplicates(["item_id", "paraphrase"])[["item_id", "paraphrase", "body"]]
+        b = pd.concat([b, public[public["item_id"].isin(b["item_id"])]], ignore_index=True)
         fam.append(familiarity.scores(model, tok, b, fr.min_k).assign(model=m))
         rows = prompts[(prompts["model"] == m) & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
         parts.append(executor.generate(p, models, m, rows, lambda r: full, shards, grid))
@@ -357,7 +359,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
             nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g)))
     fam = pd.concat(fam, ignore_index=True)
     store.write_atomic(fam, folder / f"{NAME}_familiarity.parquet")
-    per_item = fam.groupby(["model", "item_id"], as_index=False)["min_k"].mean().rename(columns={"min_k": "familiarity"})
+    per_item = familiarity.per_item(fam)
     extra = prompts[["prompt_id", "model", "body", "request"]].drop_duplicates(["prompt_id", "model"])
 
     def complete(out):
@@ -447,7 +449,8 @@ def reporting(p) -> dict[str, str]:
                       f"frame wrapper. Judge sensitivity: `{fr.second_judge}`: {second}. Difficulty tiers: thirds of the "
                       "reference model's calibration refusal rate (N frame, T = 0): easy < 1/3 <= medium <= 2/3 < hard. "
                       "Familiarity: Min-K% Prob (k = {:.0%}) of the model's own token log-probabilities over the "
-                      "item bodies.".format(fr.min_k),
+                      "item's public source text, against a reference, the same score on its two paraphrased "
+                      "requests (unseen text): familiar = above the reference.".format(fr.min_k),
         "seed_floor": "Nothing is trained in this study's run. Sampled decodes (T = 0.4, 0.8) use seeds "
                       f"{fr.seeds}; each row's generator is seeded by (prompt, decoding), so a rerun gives the same "
                       "replies. The floor against which a frame contrast is read is the matched paraphrase contrast "
@@ -513,4 +516,7 @@ def plan(p) -> pd.DataFrame:
     for m in fr.models:
         rows.append(P.row(NAME, m, "grid", n * len(fr.frames), 1, decodes, per, fr.max_new_tokens))
         rows.append(P.row(NAME, m, "familiarity", n, 1, 0, body, 0))
+    sampled = len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens)) - 1  # the greedy rows are cached
+    for m in fr.null_control:  # the reference frame's prompts under the other frame labels, other sampling seeds
+        rows.append(P.row(NAME, f"{m}{NULL}", "null control", n * (len(fr.frames) - 1), 1, sampled, per, fr.max_new_tokens))
     return P.frame(rows)

@@ -1,14 +1,14 @@
-"""The frames study's statistics, every one of them from ``refusal_audit.stats``.
+"""The frames study's statistics, every one of them from ``refusal_audit.stats`` (definitions: DEFINITIONS.md).
 
-Y: one binary indicator per outcome class of the 4-class judge (unparseable replies have none), and
-the second judge's refusal (judge sensitivity). For each judge, model, outcome and frame pair:
-the per-item Delta (``stats.frame_contrasts``), its mean over items with an item-cluster bootstrap CI,
-the paraphrase-noise band (``stats.paraphrase_noise_band``); the marginal logistic model
-``y ~ frame + paraphrase + C~ + frame:C~`` by GEE with item clusters and Mancl-DeRouen SEs
-(``stats.fit_gee_logit``), C~ the mean-centred Min-K% familiarity of the item to that model; model x
-frame Wald tests on a pooled fit; Holm within each family; the contrasts again on the low-familiarity
-items, on every difficulty tier, and on the items above each embedding-similarity threshold
-(the equivalence audit, bodies compared with the frame wrapper masked).
+Y: one binary indicator per outcome class (refusal, compliance, harmful compliance, template
+completion, off topic; unparseable replies have none), the second judge's refusal and the harm judge's
+harmful compliance. Descriptive: the per-item Delta and its mean with an item-cluster bootstrap CI
+(``contrasts``), again on the unfamiliar items, every difficulty tier and the items above each
+embedding-similarity threshold (the equivalence audit). Confirmatory (``confirmatory``): per judge,
+outcome, subset of strata and model, the marginal logistic GEE ``y ~ frame + paraphrase + C~ + frame:C~``
+(clusters: items joined by ``cluster_ids``), E-D, E-N and D-N as linear contrasts of that one fit, the
+like-for-like paraphrase-noise test, model x frame and base-vs-instruct Wald tests, Holm over the
+family declared in params, reversal counts, the null control beside it.
 """
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
         sig = "significant" if r["p_holm"] < alpha else "not significant"
         holm = f"Holm p = {r['p_holm']:.3g}"
         if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
-            noise = ("beyond paraphrase noise" if r["beyond_noise"] is True else
+            noise = ("beyond paraphrase noise" if bool(r["beyond_noise"]) else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
             out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), log-odds {r['estimate']:+.2f} "
                        f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}.")
@@ -383,9 +383,14 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
     item_deltas, con = contrasts(d, pairs, s.n_bootstrap, p.seed, s.alpha)
     # descriptive: the spread of single-item, single-frame paraphrase gaps (not a test; see confirmatory)
     band = noise_band(d, fr.noise_quantile)
-    # the low-familiarity stratum: items at or below each model's median Min-K% Prob
+    # the low-familiarity stratum: items whose public text is not more familiar than its unseen rewording
+    # (familiarity.per_item); without that column, items at or below each model's median Min-K% Prob
     fam = generations.groupby(["model", "item_id"])["familiarity"].first()
-    low = fam[fam <= fam.groupby(level="model").transform("median")].reset_index()[["model", "item_id"]]
+    if "familiar" in generations:
+        flag = generations.groupby(["model", "item_id"])["familiar"].first()
+        low = flag[~flag.astype(bool)].reset_index()[["model", "item_id"]]
+    else:
+        low = fam[fam <= fam.groupby(level="model").transform("median")].reset_index()[["model", "item_id"]]
     extra = [contrasts(main.merge(low, on=["model", "item_id"]), pairs, s.n_bootstrap, p.seed, s.alpha,
                        "low_familiarity")[1]]
     for tier, g in main.groupby("tier"):
@@ -406,7 +411,10 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
                                                           values="delta").reset_index()
     agree = judges.agreement(judgments[judgments["kind"] != "harmful"])
     tiers = generations.drop_duplicates("item_id")[["item_id", "role", "tier"]].rename(columns={"role": "stratum"})
-    fam_table = fam.rename("familiarity_min_k").reset_index().merge(tiers, on="item_id")
+    fam_cols = [c for c in ("familiarity_reference", "familiarity_excess", "familiar", "familiarity_bodies") if c in generations]
+    fam_table = (fam.rename("familiarity_min_k").reset_index()
+                 .merge(generations.drop_duplicates(["model", "item_id"])[["model", "item_id", *fam_cols]],
+                        on=["model", "item_id"], how="left").merge(tiers, on="item_id"))
     from .familiarity import lexical_overlap
     fam_table = fam_table.merge(lexical_overlap(items, training_pools(p, fr.models)), on="item_id", how="left")
     rates = stats.rate_table(d.dropna(subset=["y"]).assign(y=lambda x: x["y"].astype(bool)),

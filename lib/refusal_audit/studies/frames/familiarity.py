@@ -4,8 +4,10 @@ Min-K% Prob (Shi et al. 2023, "Detecting Pretraining Data from Large Language Mo
 arXiv:2310.16789): the mean of the k % lowest token log-probabilities the model gives the text,
 ``MinK(x) = 1/|S| sum_{i in S} log p(x_i | x_<i)`` with S the ceil(k |x|) tokens of lowest
 log-probability (tokens after the first; the text alone, no chat template). Higher = more familiar
-(the paper's detector calls a text seen when MinK is above a threshold). Per item, the mean over its
-paraphrase bodies; the lexical half (overlap with the project's training pools) comes from
+(the paper's detector calls a text seen when MinK is above a threshold). Per item (``per_item``): the
+score of the PUBLIC source text (the benchmark's wording, which pretraining may have seen), read
+against a reference, the same score on the item's two paraphrased requests (written for this project,
+so unseen): "familiar" = source above its reference; the bodies' score is kept beside it. The lexical half (overlap with the project's training pools) comes from
 ``contamination.audit_pool``.
 """
 from __future__ import annotations
@@ -39,6 +41,30 @@ def min_k_prob(logprobs: np.ndarray, k: float = 0.2) -> float:
 def scores(model, tokenizer, bodies: pd.DataFrame, k: float = 0.2) -> pd.DataFrame:
     """``bodies``: item_id, paraphrase, body -> one row per body with ``min_k``."""
     return bodies.assign(min_k=[min_k_prob(token_logprobs(model, tokenizer, b), k) for b in bodies["body"]])
+
+
+def texts(items: pd.DataFrame) -> pd.DataFrame:
+    """The texts scored per item (``item_id, paraphrase, body``): the public source text (``text`` of the
+    items table, the benchmark's own wording: ``source``) and its reference, the two paraphrased requests (``request_A``,
+    ``request_B``: the same task in words written for this project after the models were trained)."""
+    parts = [pd.DataFrame({"item_id": items["item_id"], "paraphrase": "source", "body": items["text"]})]
+    parts += [pd.DataFrame({"item_id": items["item_id"], "paraphrase": f"request_{r}", "body": items[f"request_{r.lower()}"]})
+              for r in ("A", "B")]
+    return pd.concat(parts, ignore_index=True)
+
+
+def per_item(scored: pd.DataFrame) -> pd.DataFrame:
+    """Per model and item, from ``scores`` over the bodies (paraphrase A, B) and ``texts``:
+    ``familiarity`` = Min-K% of the public source text (the covariate C_i), ``familiarity_reference`` =
+    the mean over the two paraphrased requests (text the model cannot have seen), ``familiarity_excess``
+    = their difference, ``familiar`` = excess > 0 (the source is more familiar than its unseen
+    rewording), and ``familiarity_bodies`` = the mean over the two paraphrase bodies (kept beside)."""
+    w = scored.pivot_table(index=["model", "item_id"], columns="paraphrase", values="min_k", aggfunc="mean")
+    out = pd.DataFrame({"familiarity": w["source"], "familiarity_reference": w[["request_A", "request_B"]].mean(axis=1),
+                        "familiarity_bodies": w[["A", "B"]].mean(axis=1)})
+    out["familiarity_excess"] = out["familiarity"] - out["familiarity_reference"]
+    out["familiar"] = out["familiarity_excess"] > 0
+    return out.reset_index()
 
 
 def lexical_overlap(items: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
