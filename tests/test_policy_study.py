@@ -143,7 +143,7 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     assert disputed.loc["E10_head_a100", "as_a"] >= 0.85 and disputed.loc["E1_b_only", "as_b"] >= 0.85
     # the rank test of the A-last arms on copyright: they take the top 2 of 4 ranks, p = 1 / C(4, 2)
     rank = t["rank_test"].set_index("benchmark").loc["harmbench_copyright"]
-    assert rank["k"] == 2 and rank["n"] == 4 and rank["p_greater"] == pytest.approx(1 / math.comb(4, 2))
+    assert rank["k"] == 2 and rank["n"] == 4 and rank["p_toward_a"] == pytest.approx(1 / math.comb(4, 2))
     assert bool(rank["designated_take_top_k"])
     sens = t["sensitivity"].set_index("benchmark").loc["harmbench_copyright"]
     assert sens["delta"] >= 0.9 and sens["group"] == "policy-loaded" and sens["disputed"] == 1.0
@@ -364,11 +364,19 @@ def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_fa
     rows = [{"model": m, "seed": 0, "subset": "clean", "benchmark": b, "rate": r}
             for b, d in rates.items() for m, r in d.items()]
     t = analysis.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0).set_index("benchmark")
-    assert (t.loc["b2", "n"], t.loc["b2", "k"]) == (4, 1) and t.loc["b2", "p_greater"] == pytest.approx(1 / 4)
-    assert t.loc["b1", "p_greater"] == pytest.approx(1 / math.comb(5, 2)) and bool(t.loc["b1", "designated_take_top_k"])
-    assert t.loc["b3", "p_greater"] == pytest.approx(1.0)
-    expected = multipletests(t["p_greater"], method="holm")[1]
-    assert np.allclose(t["p_greater_holm"], expected)
+    assert (t.loc["b2", "n"], t.loc["b2", "k"]) == (4, 1) and t.loc["b2", "p_toward_a"] == pytest.approx(1 / 4)
+    assert t.loc["b1", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2)) and bool(t.loc["b1", "designated_take_top_k"])
+    assert t.loc["b3", "p_toward_a"] == pytest.approx(1.0)
+    expected = multipletests(t["p_toward_a"], method="holm")[1]
+    assert np.allclose(t["p_toward_a_holm"], expected)
+    # where A's own labels call fewer rows unsafe than B's, the test looks the other way
+    refs = pd.DataFrame({"model": ["policy A labels", "policy B labels"] * 2, "benchmark": ["b1", "b1", "b3", "b3"],
+                         "rate": [1.0, 0.0, 0.0, 0.4], "n": 5})
+    side = analysis.toward_a(refs)
+    assert side == {"b1": "greater", "b3": "less"}
+    t = analysis.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0, side).set_index("benchmark")
+    assert t.loc["b3", "toward_a"] == "less" and t.loc["b3", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2))
+    assert bool(t.loc["b3", "designated_take_top_k"]) and t.loc["b2", "toward_a"] == "greater"
 
 
 def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():

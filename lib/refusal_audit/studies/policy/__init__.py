@@ -665,10 +665,10 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
         for r in verdict.sentences(gv[gv["kind"] == "guard"], alpha):
             out.append(r)
     rank, sens = tables.get("rank_test"), tables.get("sensitivity")
-    if rank is not None and len(rank) and sens is not None and "p_greater_holm" in rank:
+    if rank is not None and len(rank) and sens is not None and "p_toward_a_holm" in rank:
         r = rank.merge(sens[["benchmark", "group"]], on="benchmark", how="left")
         for group, g in r.groupby("group", sort=True):
-            sig = g[g["p_greater_holm"] < alpha]
+            sig = g[g["p_toward_a_holm"] < alpha]
             top = g[g["designated_take_top_k"].astype(str) == "True"]
             out.append(f"Rank test ({group}, {len(g)} benchmarks): the arms whose last signal is A take the top "
                        f"ranks on {len(top)} ({', '.join(top['benchmark']) or 'none'}); Holm-adjusted one-sided "

@@ -133,9 +133,21 @@ def sensitivity(score_table: pd.DataFrame, arm_names: list[str], recipes: list[s
     return table.sort_values("benchmark", key=lambda s: s.map(order)).reset_index(drop=True)
 
 
-def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list[str], seed: int) -> pd.DataFrame:
+def toward_a(refs: pd.DataFrame) -> dict[str, str]:
+    """Per benchmark, the side of the rank test: ``less`` where policy A's own labels call fewer of its
+    clean rows unsafe than B's (a follower of A scores lower there), else ``greater``."""
+    wide = refs.pivot_table(index="benchmark", columns="model", values="rate", aggfunc="first")
+    a, b = wide[next(iter(REFERENCES))], wide[list(REFERENCES)[1]]
+    return {bench: ("less" if a[bench] < b[bench] else "greater") for bench in wide.index}
+
+
+def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list[str], seed: int,
+               toward: dict[str, str] | None = None) -> pd.DataFrame:
     """Per benchmark: the exchangeability rank test of the arms whose last supervision is policy A
-    (clean rows, run seed): one-sided (they score higher) and two-sided, beside 1/C(n, k)."""
+    (clean rows, run seed): one-sided toward A's labels (``toward[benchmark]``: ``greater`` where A's
+    labels call more of its rows unsafe than B's, ``less`` where fewer; default ``greater``) and
+    two-sided, beside 1/C(n, k). ``designated_take_top_k``: they take the k most extreme ranks on
+    that side."""
     s = score_table[(score_table["subset"] == "clean") & (score_table["seed"] == seed)
                     & score_table["model"].isin(arm_names)]
     rows = []
@@ -145,20 +157,22 @@ def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list
         k = len(present)
         if not 0 < k < len(x):
             continue
-        greater = stats.exchangeability_rank_test(x, present, "greater")
+        side = (toward or {}).get(b, "greater")
+        one = stats.exchangeability_rank_test(x, present, side)
         two = stats.exchangeability_rank_test(x, present, "two-sided")
-        top = set(x.sort_values(ascending=False).index[:k])
-        rows.append({"benchmark": b, "n": greater.n, "k": greater.k, "rank_sum": greater.rank_sum,
-                     "p_greater": greater.pvalue, "p_two_sided": two.pvalue,
-                     "one_over_n_choose_k": 1 / math.comb(greater.n, greater.k),
-                     "designated_take_top_k": top == set(present) and x[present].min() > x.drop(present).max(),
+        y = x if side == "greater" else -x
+        top = set(y.sort_values(ascending=False).index[:k])
+        rows.append({"benchmark": b, "toward_a": side, "n": one.n, "k": one.k, "rank_sum": one.rank_sum,
+                     "p_toward_a": one.pvalue, "p_two_sided": two.pvalue,
+                     "one_over_n_choose_k": 1 / math.comb(one.n, one.k),
+                     "designated_take_top_k": top == set(present) and y[present].min() > y.drop(present).max(),
                      "min_designated": x[present].min(), "max_other": x.drop(present).max()})
-    cols = ["benchmark", "n", "k", "rank_sum", "p_greater", "p_two_sided", "one_over_n_choose_k",
+    cols = ["benchmark", "toward_a", "n", "k", "rank_sum", "p_toward_a", "p_two_sided", "one_over_n_choose_k",
             "designated_take_top_k", "min_designated", "max_other"]
     out = pd.DataFrame(rows, columns=cols)
     # the confirmatory family: the one-sided test on every benchmark tested; Holm over that family only
     # (the two-sided p is descriptive)
-    out.insert(out.columns.get_loc("p_greater") + 1, "p_greater_holm", stats.holm(out["p_greater"]))
+    out.insert(out.columns.get_loc("p_toward_a") + 1, "p_toward_a_holm", stats.holm(out["p_toward_a"]))
     order = {b: i for i, b in enumerate(design.BENCHMARKS)}
     return out.sort_values("benchmark", key=lambda c: c.map(order)).reset_index(drop=True)
 
@@ -358,7 +372,7 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "scores": score_table,
         "arms_by_benchmarks": arms_by_benchmarks(score_table, refs, p_seed, arm_names),
         "sensitivity": sens,
-        "rank_test": rank_tests(score_table, [a.name for a in ranked], designated, p_seed),
+        "rank_test": rank_tests(score_table, [a.name for a in ranked], designated, p_seed, toward_a(refs)),
         "validation": val,
         "spearman": spearman_table(val),
         "disputed": disputed(m, p_seed),
