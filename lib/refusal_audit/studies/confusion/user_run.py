@@ -163,6 +163,8 @@ def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, m
 def _interval(row: pd.Series, stat: str) -> str:
     if pd.isna(row[stat]):
         return "n/a"
+    if pd.isna(row[f"{stat}_lo"]):  # e.g. a Confusion Rate of 0 without any rejection: no interval
+        return f"{row[stat]:.3f} [no interval]"
     return f"{row[stat]:.3f} [{row[f'{stat}_lo']:.3f}, {row[f'{stat}_hi']:.3f}]"
 
 
