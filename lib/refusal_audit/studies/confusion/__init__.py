@@ -27,7 +27,6 @@ Definitions and the choices the paper leaves open: ``DEFINITIONS.md``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
