@@ -22,8 +22,9 @@ def study_models(p) -> list[tuple[str, str, dict]]:
     out = []
     for study, s in p.studies.items():
         if study == "kv":  # one model (kv.model) or several (kv.models)
-            names = ([s.model] if getattr(s, "model", None) else []) + list(getattr(s, "models", None) or [])
-            out += [(study, m, {"system": s.system_prompt or None}) for m in dict.fromkeys(names)]
+            from .studies.kv import model_names
+
+            out += [(study, m, {"system": s.system_prompt or None}) for m in model_names(s)]
         elif study == "frames":
             ref = s.reference_model or s.models[0]
             for m in list(dict.fromkeys(s.models + [ref])):
