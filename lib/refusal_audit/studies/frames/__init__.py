@@ -458,6 +458,24 @@ def reporting(p) -> dict[str, str]:
     }
 
 
+def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The study's answer in words (report.html opens with it): a count of the confirmatory family's
+    significant tests, then one sentence per confirmatory and null-control test (``analysis.verdicts``)."""
+    from .analysis import verdicts as sentences
+
+    conf, alpha = tables["confirmatory"], p.stats.alpha
+    fam = conf[conf["family"].str.startswith("confirmatory")]
+    null = conf[conf["family"].str.startswith("null control")]
+    head = [f"frames: {int((fam['p_holm'] < alpha).sum())} of {len(fam)} confirmatory tests significant after Holm "
+            f"at alpha {alpha} ({int((fam['status'] != 'ok').sum())} not testable, counted as not rejected)."]
+    if len(null):
+        head.append(f"frames null control (one slot text in every frame): {int((null['p_holm'] < alpha).sum())} of "
+                    f"{len(null)} tests significant after Holm ("
+                    + ("rejected, as it must be)." if not (null["p_holm"] < alpha).any() else "NOT rejected).")
+                    )
+    return head + sentences(conf, alpha)
+
+
 # --- what the notebooks show ----------------------------------------------------------------------------
 def summary(p, stage: str, table) -> list:
     """Counts, rates and statistics only: never a reply (replies to harmful prompts stay in results/)."""
