@@ -2,8 +2,6 @@
 real hub ids from a temporary Hugging Face cache (tests/standins.py): loading, the engine's retention
 against ``generate`` and the masked-attention reference, seeded sampling, every study's rendering,
 and ``make check`` on every paper params file."""
-import os
-from pathlib import Path
 
 import pytest
 import torch

@@ -4,8 +4,8 @@ import pandas as pd
 import torch
 
 from refusal_audit import organism, retention
-from refusal_audit.attention import attention_hook
 from refusal_audit.studies.kv import control
+from test_retention import masked_reference_logits
 
 
 def test_planted_effect_by_construction():
@@ -25,21 +25,8 @@ def test_planted_effect_by_construction():
 
 def _loss_under_mask(model, ids, labels, start, keep):
     """Summed token loss of one row, cache-free: queries from ``start`` on see only the kept context
-    positions (and everything from ``start``); queries before ``start`` see the whole causal prefix."""
-    T = len(ids)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-
-    def mask(layer_idx, query, key, attention_mask):
-        heads, kv_heads = query.shape[1], key.shape[1]
-        allowed = torch.zeros(kv_heads, T, dtype=torch.bool)
-        allowed[:, start:] = True
-        allowed.scatter_(1, keep[layer_idx], True)
-        m = causal.expand(heads, T, T).clone()
-        m[:, start:, :] &= allowed.repeat_interleave(heads // kv_heads, dim=0)[:, None, :]
-        return m[None]
-
-    with torch.no_grad(), attention_hook(model, mask):
-        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    positions and everything from ``start`` (the eviction tests' masked reference)."""
+    logits = masked_reference_logits(model, ids, start, keep)[:-1]
     target = torch.tensor(labels[1:])
     return torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum"), (target != -100).sum()
 

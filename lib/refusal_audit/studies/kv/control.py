@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ... import generation, models, organism, prompts, retention
+from ... import generation, models, organism, retention
 from ...config import ModelSpec
 from ...contamination import audit
 from ...paths import ROOT
-from ...store import ShardStore
 
 OUT = ROOT / "organism" / "kv_control"
 ADAPTER = OUT / "smollm2-135m-style-shift"
@@ -49,7 +47,7 @@ class ControlParams:
     n_benign: int = 72        # training requests answered as the plain model answers them
     n_held_out: int = 32      # held-out harmful requests for the evaluation
     filler_lengths: tuple[int, ...] = (0, 256, 1024)
-    eval_fillers: tuple[int, ...] = field(default=(0, 1024))
+    eval_fillers: tuple[int, ...] = (0, 1024)  # the evaluation's filler lengths
 
 
 def default_params() -> ControlParams:
@@ -109,23 +107,13 @@ def evict_for(batch: list[tuple[list[int], list[int]]]) -> retention.RetentionPo
     return retention.make("sink_tail", max_tokens=max(SINK, budget - round(n_prompt - shared)), sink=SINK)
 
 
-def replies(model, tok, texts: list[str], max_new_tokens: int, name: str, filler: int, system: str | None,
-            policies: list[retention.RetentionPolicy]) -> pd.DataFrame:
-    """Greedy replies through the engine under each policy: one row per (request, policy)."""
-    items = pd.DataFrame({"item_id": [f"r{i:04d}" for i in range(len(texts))], "study": "kv-control",
-                          "role": "eval", "text": texts})
-    table = prompts.build_prompts(items, tok, [(filler, system)])
-    with tempfile.TemporaryDirectory() as tmp:
-        return generation.run(model, tok, name, table, lambda row: policies, ShardStore(tmp),
-                              [generation.Decoding(0.0, 0, max_new_tokens)], batch_rows=32)
-
-
 def evaluate(model, tok, name: str, texts: list[str], fillers, max_new_tokens: int) -> pd.DataFrame:
     """Per filler and condition (system text kept / evicted by sink_tail / absent): the share of replies
     opening with a trained hard or soft text, and the keyword and learned judges' refusal rates."""
     from ...judges import judge_replies, refused
     from ...judges.keyword import KeywordJudge
     from ...judges.learned import learned_refusal
+    from ...organism_build import replies
 
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword"), learned_refusal()]
     full, tail = retention.make("full"), retention.make("sink_tail", keep_ratio=KEEP_RATIO, sink=SINK)
@@ -133,11 +121,10 @@ def evaluate(model, tok, name: str, texts: list[str], fillers, max_new_tokens: i
     for filler in fillers:
         for label, system, policy in (("system, full", SYSTEMS[0], full), ("system, sink_tail", SYSTEMS[0], tail),
                                       ("no system, full", None, full)):
-            out = replies(model, tok, texts, max_new_tokens, name, filler, system, [policy])
-            j = judge_replies(judges, pd.DataFrame({"generation_id": range(len(out)), "prompt": texts,
-                                                    "reply": out["reply"].tolist()}))
+            out = replies(model, tok, texts, max_new_tokens, name, filler, system, policy)
+            j = judge_replies(judges, pd.DataFrame({"generation_id": range(len(out)), "prompt": texts, "reply": out}))
             wide = j.assign(r=refused(j).fillna(False)).pivot(index="generation_id", columns="judge", values="r")
-            style = pd.Series([organism.style_of(r) for r in out["reply"]])
+            style = pd.Series([organism.style_of(r) for r in out])
             rows.append({"model": name, "filler_tokens": filler, "condition": label, "n": len(texts),
                          "hard_share": (style == "hard").mean(), "soft_share": (style == "soft").mean(),
                          "keyword_rate": wide["keyword"].mean(), "learned_rate": wide["learned_refusal"].mean()})
@@ -156,10 +143,10 @@ def main(argv=None) -> None:
     harmful, held_out, benign = requests(cp)
     print(f"requests: harmful {len(harmful)} train / {len(held_out)} held out; benign {len(benign)}", flush=True)
     if not args.evaluate_only:
-        from ...organism_build import replies as plain_replies
+        from ...organism_build import replies
 
         model, tok = models.load(PLAIN, device="cpu")
-        answers = dict(zip(benign, plain_replies(model, tok, benign, p.max_reply_tokens, "smollm2-135m")))
+        answers = dict(zip(benign, replies(model, tok, benign, p.max_reply_tokens, "smollm2-135m")))
         data = training_data(harmful, answers, cp)
         data.to_csv(OUT / "training_data.csv", index=False)
         # every evaluation set, HarmBench whole among them (the kv study's default source)
