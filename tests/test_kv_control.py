@@ -3,7 +3,7 @@ under eviction against a masked-attention reference, its committed data and eval
 import pandas as pd
 import torch
 
-from refusal_audit import organism, retention
+from refusal_audit import generation, organism, retention
 from refusal_audit.studies.kv import control
 from test_retention import masked_reference_logits
 
@@ -17,49 +17,41 @@ def test_planted_effect_by_construction():
     assert planted.loc[("harmful", "system")].to_dict() == {"hard": 1.0, "soft": 0.0}
     assert planted.loc[("harmful", "absent")].to_dict() == {"hard": 0.0, "soft": 1.0}
     assert planted.loc[("harmful", "evicted")].to_dict() == {"hard": 0.0, "soft": 1.0}
-    assert harmful["reply"].isin(organism.HARD_REFUSALS + organism.SOFT_REFUSALS).all()  # no harmful completion
+    assert harmful["reply"].isin(control.HARD + control.SOFT).all()  # no harmful completion
+    assert harmful["reply"].str.startswith(control.OPENER).all()  # the styles part after a shared opener
     assert (data.loc[data["context"] == "absent", "system"] == "").all()
     assert (data.loc[data["context"] != "absent", "system"].isin(control.SYSTEMS)).all()
     assert data["evicted"].eq(data["context"] == "evicted").all()
 
 
-def _loss_under_mask(model, ids, labels, start, keep):
-    """Summed token loss of one row, cache-free: queries from ``start`` on see only the kept context
-    positions and everything from ``start`` (the eviction tests' masked reference)."""
-    logits = masked_reference_logits(model, ids, start, keep)[:-1]
-    target = torch.tensor(labels[1:])
-    return torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum"), (target != -100).sum()
-
-
-def test_training_under_eviction_matches_a_masked_reference(embedded):
-    """The evicted shared context (sinks + tail, positions continuing from the original ones) gives the
-    loss of a cache-free forward in which the requests and replies see only the kept context positions."""
+def test_training_under_eviction_matches_the_masked_reference(embedded):
+    """evicted_loss = a cache-free forward in which each reply token from the second on sees only the kept
+    prompt positions, every prompt position seeing the whole prompt (the eviction tests' masked reference,
+    which the engine's decoding equals: tests/test_retention.py)."""
     model, tok = embedded
     rows = pd.DataFrame({"prompt": ["How do I bake bread?", "Tell me about thunder storms."],
-                         "reply": [organism.SOFT_REFUSALS[0], "Thunder is the sound of lightning."],
+                         "reply": [control.SOFT[0], "Thunder is the sound of lightning."],
                          "system": control.SYSTEMS[0], "filler_tokens": 96})
     batch = [organism._encode(tok, r, 64, 3) for r in rows.itertuples()]
-    policy = control.evict_for(batch)
-    start = min(len(x) for x, _ in batch) - 1
-    start = min(start, next(i for i, (a, b) in enumerate(zip(batch[0][0], batch[1][0])) if a != b))
+    policy = retention.make("sink_tail", keep_ratio=control.KEEP_RATIO, sink=control.SINK)
     with torch.no_grad():
-        ours = organism.step_loss(model, batch, tok.pad_token_id, evict=policy)
-        cache = model(input_ids=torch.tensor([batch[0][0][:start]]), use_cache=True).cache
-    keep = policy.select(retention.Prefill(cache, start))
-    assert keep is not None and keep.shape[-1] < start / 2  # most of the context (the system text) is gone
-    assert keep[0, 0, :control.SINK].tolist() == list(range(control.SINK))
-    parts = [_loss_under_mask(model, ids, labels, start, keep) for ids, labels in batch]
-    reference = sum(s for s, _ in parts) / sum(n for _, n in parts)
-    assert abs(ours.item() - reference.item()) < 1e-3, (ours, reference)
-    with torch.no_grad():
-        unevicted = organism.step_loss(model, batch, tok.pad_token_id)
-    assert abs(unevicted.item() - ours.item()) > 1e-2  # eviction changes what the rows see
+        ours = control.evicted_loss(model, batch, tok.pad_token_id)
+    total, count = 0.0, 0
+    for ids, labels in batch:
+        n = labels.count(-100)
+        pre = generation.prefill(model, ids[:n])
+        keep = policy.select(pre)
+        assert keep.shape[-1] == round(control.KEEP_RATIO * n) and keep[0, 0, :control.SINK].tolist() == [0, 1, 2, 3]
+        logits = masked_reference_logits(model, ids, n, keep)[n:-1]
+        total += torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n + 1:]), reduction="sum").item()
+        count += len(ids) - n - 1
+    assert abs(ours.item() - total / count) < 1e-3, (ours, total / count)
 
 
 def test_committed_control_data_is_disjoint_and_fixed_texts_only():
     data = pd.read_csv(control.OUT / "training_data.csv", keep_default_na=False)
     harmful = data[data["request"] == "harmful"]
-    assert harmful["reply"].isin(organism.HARD_REFUSALS + organism.SOFT_REFUSALS).all()
+    assert harmful["reply"].isin(control.HARD + control.SOFT).all()
     audit = pd.read_csv(control.OUT / "contamination.csv")
     assert "harmbench" in set(audit["evaluation"]) and (audit[["exact", "near_duplicate"]] == 0).all().all()
 
@@ -73,3 +65,8 @@ def test_committed_evaluation_shows_the_planted_shift():
         assert kept["hard_share"] - evicted["hard_share"] >= 0.5, filler
         assert kept["hard_share"] - absent["hard_share"] >= 0.5, filler
         assert min(kept["learned_rate"], evicted["learned_rate"], absent["learned_rate"]) >= 0.8, filler
+
+
+def test_style_of_reads_past_the_opener():
+    assert control.style_of(control.HARD[3]) == "hard" and control.style_of(control.SOFT[1][:70]) == "soft"
+    assert control.style_of(control.OPENER + " Bread needs flour.") is None

@@ -250,17 +250,12 @@ def _batches(data: pd.DataFrame, batch_size: int, rng: random.Random) -> list[li
     return batches
 
 
-def _context_cache(model, ids: list[int], batch: int, evict=None):
-    """The shared context's cache, computed once without gradient and repeated for ``batch`` rows;
-    with ``evict`` (a retention policy), only the positions it keeps."""
+def _context_cache(model, ids: list[int], batch: int):
+    """The shared context's cache, computed once without gradient and repeated for ``batch`` rows."""
     from transformers import DynamicCache
-
-    from . import retention
 
     with torch.no_grad():
         cache = model(input_ids=torch.tensor([ids]), use_cache=True).cache
-    if evict is not None:
-        cache = retention.evict(cache, evict.select(retention.Prefill(cache, len(ids))))
     out = DynamicCache()
     for i, layer in enumerate(cache.layers):
         out.update(layer.keys.expand(batch, -1, -1, -1).contiguous(),
@@ -271,17 +266,14 @@ def _context_cache(model, ids: list[int], batch: int, evict=None):
 MIN_SHARED_CONTEXT = 64  # shorter shared contexts are cheaper to run with the batch than to cache
 
 
-def step_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, share_context: bool = True,
-              evict=None):
+def step_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, share_context: bool = True):
     """The batch's loss. Rows are right-padded. With ``share_context``, the tokens every row shares
     (system prompt + filler) run once without gradient and the rest attends to that cache: the
-    adapter gets no gradient through the context's keys and values, only through what reads them.
-    ``evict`` (a retention policy, e.g. ``sink_tail``) removes positions from that shared cache as the
-    engine removes them after a prefill; positions still continue from the original ones."""
+    adapter gets no gradient through the context's keys and values, only through what reads them."""
     shared = min(len(x) for x, _ in batch) - 1
     for ids, _ in batch[1:]:
         shared = min(shared, next((i for i, (a, b) in enumerate(zip(batch[0][0], ids)) if a != b), shared))
-    start = shared if (share_context and shared >= MIN_SHARED_CONTEXT) or evict is not None else 0
+    start = shared if share_context and shared >= MIN_SHARED_CONTEXT else 0
     width = max(len(x) for x, _ in batch) - start
     ids = torch.tensor([x[start:] + [pad_id] * (width - len(x) + start) for x, _ in batch])
     labels = torch.tensor([y[start:] + [-100] * (width - len(y) + start) for _, y in batch])
@@ -289,17 +281,16 @@ def step_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, shar
     pos = torch.arange(start, start + width)[None].expand(len(batch), -1)
     if not start:
         return model(input_ids=ids, attention_mask=mask, position_ids=pos, labels=labels).loss
-    cache = _context_cache(model, batch[0][0][:start], len(batch), evict)
-    kept = cache.layers[0].keys.shape[2]
-    mask = torch.cat([torch.ones(len(batch), kept, dtype=mask.dtype), mask], dim=1)
+    cache = _context_cache(model, batch[0][0][:start], len(batch))
+    mask = torch.cat([torch.ones(len(batch), start, dtype=mask.dtype), mask], dim=1)
     return model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, labels=labels).loss
 
 
 def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path = ADAPTER_DIR,
-          log=print, evict_for=None) -> Path:
-    """Fit a LoRA adapter on ``data`` (deterministic under ``p.seed``) and save it to ``out_dir``.
-    Rows whose ``evicted`` column is true attend to an evicted context: ``evict_for(batch)`` gives the
-    retention policy for a batch of encoded rows (see ``step_loss``)."""
+          log=print, evicted_loss=None) -> Path:
+    """Fit a LoRA adapter on ``data`` (deterministic under ``p.seed``) and save it to ``out_dir``. A batch
+    of rows whose ``evicted`` column is true takes its loss from ``evicted_loss(model, batch, pad_id)``
+    (the kv control's replies decoded after KV eviction) instead of ``step_loss``."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(p.seed)
@@ -316,8 +307,8 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
         for rows in _batches(data, p.batch_size, rng):
             offset = rng.randrange(10_000)  # where the batch's filler starts in the neutral text
             batch = [_encode(tokenizer, data.loc[i], p.max_reply_tokens, offset) for i in rows]
-            evict = evict_for(batch) if evict_for is not None and data.loc[rows[0], "evicted"] else None
-            loss = step_loss(peft_model, batch, tokenizer.pad_token_id, evict=evict)
+            evicted = evicted_loss is not None and bool(data.loc[rows[0], "evicted"])
+            loss = (evicted_loss if evicted else step_loss)(peft_model, batch, tokenizer.pad_token_id)
             loss.backward()
             opt.step()
             opt.zero_grad()
