@@ -24,7 +24,7 @@ def test_conditions_and_policies_follow_the_protocol():
 def synthetic():
     """10 items; keyword refuses all under full and 4 under sink_tail; the llm judge refuses all."""
     gens = pd.DataFrame([
-        {"generation_id": f"{pol}-{i}", "item_id": f"i{i}", "role": "harmful", "filler_tokens": 100,
+        {"generation_id": f"{pol}-{i}", "item_id": f"i{i}", "model": "m", "role": "harmful", "filler_tokens": 100,
          "system_prompt": True, "policy": pol, "sink": 0 if pol == "full" else 4, "keep_ratio": 0.3}
         for pol in ("full", "sink_tail") for i in range(10)])
     rows = []

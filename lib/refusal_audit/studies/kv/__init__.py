@@ -95,17 +95,6 @@ def check(p, where: str) -> None:
         name = getattr(kv, key)
         need(name is None or name in model_names(kv), where, f"kv.{key}",
              f"one of the study's models ({model_names(kv)})", name)
-    c = kv.confirmatory
-    emitted = judges.emitted(p)
-    for key in ("monitor", "reference"):
-        need(getattr(c, key) in emitted, where, f"kv.confirmatory.{key}",
-             f"a judge the run emits ({sorted(emitted)})", getattr(c, key))
-    need(c.monitor != c.reference, where, "kv.confirmatory.reference", "a judge other than the monitor", c.reference)
-    arms = design.main_arms(kv)
-    for i, entry in enumerate(c.family):
-        need(entry in arms, where, f"kv.confirmatory.family[{i}]",
-             f"an arm@filler of the main condition that the params define ({', '.join(arms)})", entry)
-    need(len(set(c.family)) == len(c.family), where, "kv.confirmatory.family", "no repeated entries", c.family)
     d = kv.data
     need(d.harmful_source in ("harmbench", "advbench"), where, "kv.data.harmful_source", "harmbench or advbench",
          d.harmful_source)
@@ -125,6 +114,18 @@ def check(p, where: str) -> None:
     need(kv.snapkv_window >= 1, where, "kv.snapkv_window", "an integer >= 1", kv.snapkv_window)
     need(kv.snapkv_kernel >= 1 and kv.snapkv_kernel % 2 == 1, where, "kv.snapkv_kernel", "an odd integer >= 1",
          kv.snapkv_kernel)
+    # the confirmatory test last: its arms are built from the settings checked above
+    c = kv.confirmatory
+    emitted = judges.emitted(p)
+    for key in ("monitor", "reference"):
+        need(getattr(c, key) in emitted, where, f"kv.confirmatory.{key}",
+             f"a judge the run emits ({sorted(emitted)})", getattr(c, key))
+    need(c.monitor != c.reference, where, "kv.confirmatory.reference", "a judge other than the monitor", c.reference)
+    arms = design.main_arms(kv)
+    for i, entry in enumerate(c.family):
+        need(entry in arms, where, f"kv.confirmatory.family[{i}]",
+             f"an arm@filler of the main condition that the params define ({', '.join(arms)})", entry)
+    need(len(set(c.family)) == len(c.family), where, "kv.confirmatory.family", "no repeated entries", c.family)
 
 
 def preflight(p, models) -> None:
