@@ -397,6 +397,33 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     return {k: v for k, v in tables.items() if len(v)}
 
 
+def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The study's answer in words (notebook 05 ends with it, report.html opens with it): per model and
+    judge, FRR and Confusion Rate with their CIs; how many pairs of arms the two order differently; and
+    whether the planted control's known answers were recovered at both scopes."""
+    out = []
+    v = tables.get("frr_vs_cr")
+    if v is not None and len(v):
+        for r in v.itertuples():
+            tag = " (TESTBED)" if r.model in p.models and p.models[r.model].testbed else ""
+            cr = (f"{r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}]"
+                  if pd.notna(r.confusion_rate) else "not defined (no rejection)")
+            out.append(f"confusion, {r.model}{tag}, {r.judge}: FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
+                       f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
+                       f"{r.clusters_all_rejected} rejected whole).")
+    pairs = tables.get("arm_pairs")
+    if pairs is not None and len(pairs):
+        out.append(f"confusion: {int(pairs['disagree'].sum())} of {len(pairs)} pairs of model/judge arms are ordered "
+                   "differently by FRR and by Confusion Rate.")
+    planted = tables.get("planted")
+    if planted is not None and len(planted):
+        ok = bool(planted["match"].all())
+        out.append(f"confusion planted control (flip and consistent arms, corpus and cluster scope): "
+                   f"{int(planted['match'].sum())} of {len(planted)} known answers recovered"
+                   + ("." if ok else " (the study failed its control)."))
+    return out
+
+
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
@@ -506,7 +533,7 @@ def summary(p, stage: str, table) -> list:
                  table["arm_pairs"][table["arm_pairs"]["disagree"]].round(3) if "arm_pairs" in table else "none",
                  "Gate pass rates:", table["gates"][table["gates"]["dataset"] == "all"].round(3),
                  "Planted control (known answers, recovered by the same code):", table["planted"].round(4)]
-        return shown
+        return shown + ["**Verdicts**", "\n".join(f"- {v}" for v in verdicts(p, table))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
