@@ -94,7 +94,7 @@ def test_statistics_use_the_decontaminated_items(ci_run):
     original = pd.read_parquet(path)
     items = run.table("items", "confusion")
     assert run.study("confusion").audited_pools(run.p) == ["organism"]
-    assert run.study("kv").audited_pools(run.p) == ["organism", "judges"]
+    assert run.study("kv").audited_pools(run.p) == ["organism", "judges", "kv"]  # kv: its style-shift control's pool
     xs_cluster = items.loc[items["dataset"] == "xstest", "cluster"].iloc[0]
     one_member = items.loc[(items["cluster"] == xs_cluster) & (items["member"] == 1), "item_id"].iloc[0]
     benign = items.loc[items["dataset"] == "jailbreakbench_benign", "item_id"]
