@@ -401,15 +401,15 @@ def summary(p, stage: str, table) -> list:
         return [table.groupby(["role", "dataset", "category"]).size().rename("items").to_frame(),
                 table.groupby(["source_file", "licence"]).size().rename("rows").to_frame()]
     if stage == "prompts":
-        lengths = table.groupby(["role", "filler_tokens", "system_prompt"])["prompt_tokens"].describe()
+        lengths = table.groupby(["model", "role", "filler_tokens", "system_prompt"])["prompt_tokens"].describe()
         same = table[table["system_prompt"] & (table["role"] == "harmful")]
-        wide = same.pivot(index="item_id", columns="filler_tokens", values="prompt_tokens")
-        extra = wide.sub(wide[wide.columns.min()], axis=0).drop_duplicates()
+        wide = same.pivot(index=["model", "item_id"], columns="filler_tokens", values="prompt_tokens")
+        extra = wide.sub(wide[wide.columns.min()], axis=0).droplevel("item_id").reset_index().drop_duplicates()
         return [lengths[["count", "min", "max"]],
-                "Prompt length beyond the shortest filler, per item (one row: the filler is exact for every item):",
-                extra]
+                "Prompt length beyond the shortest filler, per model and item (one row per model: the filler is "
+                "exact for every item):", extra]
     if stage == "generate":
-        return [table.groupby(["role", "filler_tokens", "system_prompt", "policy", "sink"]).agg(
+        return [table.groupby(["model", "role", "filler_tokens", "system_prompt", "policy", "sink"]).agg(
             rows=("generation_id", "size"), kept=("kept_positions", "mean"), prompt=("prompt_tokens", "mean"),
             new_tokens=("new_tokens", "mean"), stopped_at_eos=("finish", lambda s: (s == "eos").mean()))]
     if stage == "judge":
