@@ -146,7 +146,7 @@ def write(run) -> Path:
         else:
             pools = module.audited_pools(p) if hasattr(module, "audited_pools") else []
             shown, folded = contamination_status(overlap, name, pools)
-            check = (f"<p>pools its scores rest on: {html.escape(', '.join(pools + [name]))}</p>" +
+            check = (f"<p>pools its scores rest on: {html.escape(', '.join(dict.fromkeys(pools + [name])))}</p>" +
                      (shown.to_html(**fmt) if len(shown) else "<p>no item against these pools</p>"))
             if len(folded):
                 check += (f"<details><summary>other pools ({html.escape(', '.join(folded['pool'].unique()))}): "
