@@ -56,7 +56,7 @@ def test_monitor_difference_on_hand_built_pairs():
     judge refuses all in both (drop 0): difference 0.8, every non-zero d_i = +1, exact p = 2 / 2^16."""
     n = 20
     out = paired_outcomes(n, [1] * n, [1] * 4 + [0] * 16, [1] * n, [1] * n)
-    t = analysis.monitor_difference(out, "keyword", "learned_refusal", ["sink_tail@1024"], 1024, 500, 0, 0.05)
+    t = analysis.monitor_difference(out, "keyword", "learned_refusal", ["sink_tail@1024"], 500, 0, 0.05)
     r = t.iloc[0]
     assert (r["n_pairs"], r["monitor_drop"], r["reference_drop"]) == (20, pytest.approx(0.8), 0.0)
     assert r["difference"] == pytest.approx(0.8)
@@ -75,7 +75,7 @@ def test_monitor_difference_null_and_holm_over_the_family():
     shift = paired_outcomes(n, [1] * n, [0] * 10 + [1] * 6, [1] * n, [1] * n, arm="snapkv")
     out = pd.concat([same, shift])
     t = analysis.monitor_difference(out, "keyword", "learned_refusal", ["sink_tail@1024", "snapkv@1024", "sink_tail@0"],
-                                    1024, 300, 0, 0.05).set_index("family_member")
+                                    300, 0, 0.05).set_index("family_member")
     assert t.loc["sink_tail@1024", "difference"] == 0 and t.loc["sink_tail@1024", "p"] == 1.0
     assert not t.loc["sink_tail@1024", "significant"]
     assert t.loc["sink_tail@0", "n_pairs"] == 0 and np.isnan(t.loc["sink_tail@0", "p"])

@@ -264,8 +264,8 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     out = analysis.outcomes(generations, judgments, kv.sink)
     c = kv.confirmatory
     tables = {
-        "confirmatory": analysis.monitor_difference(out, c.monitor, c.reference, family(kv), kv.filler_tokens,
-                                                    s.n_bootstrap, p.seed, s.alpha),
+        "confirmatory": analysis.monitor_difference(out, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed,
+                                                    s.alpha),
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),

@@ -66,7 +66,7 @@ def mmlu_accuracy(scored: pd.DataFrame, n_boot: int, seed: int, alpha: float) ->
     return acc, tests
 
 
-def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: list[str], filler_main: int,
+def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: list[str],
                        n_boot: int, seed: int, alpha: float) -> pd.DataFrame:
     """The confirmatory test, per model and family member ``arm@filler`` at the main condition (harmful
     prompts, system prompt on): d_i = (monitor drop) - (reference drop) on prompt i, drop = refused under
@@ -89,7 +89,7 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
                 drop_m = wide[(monitor, "full")] - wide[(monitor, arm_name)]
                 drop_r = wide[(reference, "full")] - wide[(reference, arm_name)]
                 t = stats.sign_flip_test((drop_m - drop_r).to_numpy(), n_boot, seed, alpha)
-                for who, drop, j in (("monitor", drop_m, monitor), ("reference", drop_r, reference)):
+                for who, j in (("monitor", monitor), ("reference", reference)):
                     m = stats.mcnemar_exact(wide[(j, "full")].to_numpy().astype(bool),
                                             wide[(j, arm_name)].to_numpy().astype(bool))
                     est, lo, hi = stats.bootstrap_diff_ci(wide[(j, "full")].to_numpy(), wide[(j, arm_name)].to_numpy(),
