@@ -53,14 +53,16 @@ def training_pools(p) -> dict[str, pd.DataFrame]:
     return pools
 
 
-def pools_for(p, model_names: list[str], learned_judges: bool) -> list[str]:
-    """The training pools a study's scores rest on: the refusing organism's when one of
-    ``model_names`` is the organism, the learned judges' when the study's judges include them."""
+def pools_for(p, model_names: list[str], learned_judges: bool, adapters: dict | None = None) -> list[str]:
+    """The training pools a study's scores rest on: the refusing organism's when one of ``model_names``
+    is the organism, the learned judges' when the study's judges include them, then each pool of
+    ``adapters`` (adapter folder -> pool name: a study's own control) whose adapter one of them loads."""
     from .organism import ADAPTER_DIR
 
-    organism = str(ADAPTER_DIR.relative_to(ROOT))
-    uses_organism = any(p.models[n].adapter == organism for n in model_names if n in p.models)
-    return (["organism"] if uses_organism else []) + (["judges"] if learned_judges else [])
+    used = {p.models[n].adapter for n in model_names if n in p.models}
+    own = [pool for adapter, pool in (adapters or {}).items() if str(Path(adapter).relative_to(ROOT)) in used]
+    return ((["organism"] if str(ADAPTER_DIR.relative_to(ROOT)) in used else [])
+            + (["judges"] if learned_judges else []) + own)
 
 
 def audit(p, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

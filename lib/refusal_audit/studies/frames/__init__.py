@@ -28,7 +28,7 @@ import pandas as pd
 
 from ... import datasets, executor, generation, judges, retention, store
 from ...config import ParamsError, need, need_models
-from ...paths import DATA_DIR, ROOT
+from ...paths import DATA_DIR
 from ...prompts import build_prompts
 from . import figures as frames_figures  # imported before the stage function `figures` shadows the name
 from . import wrapper as W
@@ -417,10 +417,7 @@ def audited_pools(p) -> list[str]:
     from ... import report
     from .control import ADAPTER
 
-    names = list(p.studies[NAME].models)
-    control = str(ADAPTER.relative_to(ROOT))
-    uses_control = any(p.models[n].adapter == control for n in names if n in p.models)
-    return report.pools_for(p, names, learned_judges=False) + ([NAME] if uses_control else [])
+    return report.pools_for(p, list(p.studies[NAME].models), learned_judges=False, adapters={ADAPTER: NAME})
 
 
 def training_pool(p) -> pd.DataFrame:

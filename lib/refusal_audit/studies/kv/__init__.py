@@ -17,7 +17,6 @@ import pandas as pd
 
 from ... import datasets, executor, generation, judges, store
 from ...config import ParamsError, need, need_models
-from ...paths import ROOT
 from ...prompts import build_prompts
 from . import analysis, design, figures as kv_figures
 
@@ -361,9 +360,7 @@ def audited_pools(p) -> list[str]:
     from ... import report
     from .control import ADAPTER
 
-    names = model_names(p.studies[NAME])
-    uses_control = any(p.models[n].adapter == str(ADAPTER.relative_to(ROOT)) for n in names)
-    return report.pools_for(p, names, learned_judges=True) + ([NAME] if uses_control else [])
+    return report.pools_for(p, model_names(p.studies[NAME]), learned_judges=True, adapters={ADAPTER: NAME})
 
 
 def training_pool(p) -> pd.DataFrame:
