@@ -55,6 +55,21 @@ def test_registry_refuses_unknown_and_repeated_names():
     assert studies.select(["kv"], "") == ["kv"]
 
 
+@pytest.mark.parametrize("name", list(studies.REGISTRY))
+def test_stage_functions_survive_importing_every_submodule(name):
+    """Importing a submodule binds its name on the package: one named like a stage (``figures.py``)
+    would replace the stage function after its first import (the CI failure of stop 20)."""
+    import importlib
+    import pkgutil
+
+    module = studies.module(name)
+    for info in pkgutil.iter_modules(module.__path__):
+        importlib.import_module(f"{module.__name__}.{info.name}")
+        assert info.name not in studies.STAGES, f"{name}: submodule {info.name}.py shadows the stage function"
+    for stage in studies.STAGES:
+        assert callable(getattr(module, stage)), f"{name}.{stage} is not a function"
+
+
 def test_every_item_is_audited_against_every_training_pool():
     """An item that is one of the organism's training requests (or a case variant of it) is flagged;
     a new request is clean."""

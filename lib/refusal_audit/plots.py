@@ -1,5 +1,5 @@
 """Plotting helpers every study's figures use (seaborn / matplotlib); every figure is saved as PNG and PDF.
-The figures themselves belong to the studies (``studies/<name>/figures.py``)."""
+The figures themselves belong to the studies (``studies/<name>/charts.py``)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -20,7 +20,7 @@ of it? A global false-rejection rate scores each prompt alone and cannot see thi
    search; cluster scope as an option): Confusion Rate, Confusion Index (and each signal alone),
    Confusion Depth, FRR, with bootstrap CIs over intents; FRR vs Confusion Rate and where they
    disagree; gate pass rates; the planted control (``analysis.py``).
-06 figures: the per-cluster confusion map, the CI distribution, FRR vs Confusion Rate (``figures.py``).
+06 figures: the per-cluster confusion map, the CI distribution, FRR vs Confusion Rate (``charts.py``).
 
 Definitions and the choices the paper leaves open: ``DEFINITIONS.md``.
 """
@@ -438,11 +438,8 @@ def caption(p) -> str:
 
 def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str]:
     """The per-cluster confusion map, the CI distribution, FRR vs Confusion Rate."""
-    import importlib
-
     from ...plots import save
-
-    cf = importlib.import_module(f"{__name__}.figures")  # the submodule (this module's ``figures`` is this function)
+    from . import charts as cf
     text = caption(p)
     drawn = {"confusion_map": cf.confusion_map(tables["prompts"], tables.get("paraphrases"), text),
              "confusion_ci_distribution": cf.ci_distribution(tables["prompts"], text),

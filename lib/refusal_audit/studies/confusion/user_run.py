@@ -147,11 +147,8 @@ def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
 
 
 def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, model_names, decisions_csv) -> list[str]:
-    import importlib
-
     from ...plots import save
-
-    cf = importlib.import_module(f"{__package__}.figures")
+    from . import charts as cf
     text = _caption(p, cp, model_names, decisions_csv)
     drawn = {"confusion_map": cf.confusion_map(per_prompt, None, text),
              "confusion_frr_vs_rate": cf.frr_vs_rate(summary, None, text)}

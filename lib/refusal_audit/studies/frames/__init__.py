@@ -30,7 +30,7 @@ from ... import datasets, executor, generation, judges, retention, store
 from ...config import ParamsError, need, need_models
 from ...paths import DATA_DIR
 from ...prompts import build_prompts
-from . import figures as frames_figures  # imported before the stage function `figures` shadows the name
+from . import charts
 from . import wrapper as W
 
 NAME = "frames"
@@ -400,7 +400,7 @@ def caption(p) -> str:
 
 def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str]:
     from ...plots import save
-    F = frames_figures
+    F = charts
 
     fr = p.studies[NAME]
     drawn = {"frames_contrasts": F.contrasts(tables["contrasts"], tables["noise_band"], fr.models, caption(p)),

@@ -5,7 +5,7 @@ Each harmful prompt (system safety text + neutral filler + query) is prefilled o
 under full retention and under matched eviction (sinks + trailing positions, SnapKV at the same
 budget); every configured judge scores the same replies; MMLU-math checks task accuracy under the
 same retention. The design (conditions and the policies that decode each) is in ``design.py``, the
-statistics in ``analysis.py``, the figures in ``figures.py``; this module holds the params section
+statistics in ``analysis.py``, the figures in ``charts.py``; this module holds the params section
 and one function per stage.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 from ... import datasets, executor, generation, judges, store
 from ...config import ParamsError, need, need_models
 from ...prompts import build_prompts
-from . import analysis, design, figures as kv_figures
+from . import analysis, charts, design
 
 NAME = "kv"
 MMLU_TEMPLATE = "{question}\n\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n\nAnswer with the letter of the correct option."
@@ -333,20 +333,20 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     main = main_condition(p, rates)
     drawn = {}
     if not tables["confirmatory"].empty:
-        drawn["kv_monitor_difference"] = kv_figures.monitor_difference(
+        drawn["kv_monitor_difference"] = charts.monitor_difference(
             tables["confirmatory"], caption + " Paired bootstrap 95 % CIs over prompts; * Holm p < "
             f"{p.stats.alpha} (sign-flip test of the difference).")
     drawn |= {
-        "kv_refusal_by_judge": kv_figures.refusal_by_judge(
+        "kv_refusal_by_judge": charts.refusal_by_judge(
             main, ["full", "sink_tail", "snapkv"], caption + f" Filler {kv.filler_tokens} tokens, sink {kv.sink}."),
-        "kv_sink_dose_response": kv_figures.sink_dose_response(main, kv.sink,
+        "kv_sink_dose_response": charts.sink_dose_response(main, kv.sink,
                                                                caption + f" Filler {kv.filler_tokens} tokens."),
-        "kv_filler_ablation": kv_figures.filler_ablation(
+        "kv_filler_ablation": charts.filler_ablation(
             rates[(rates["role"] == "harmful") & rates["system_prompt"].astype(bool)], caption + f" Sink {kv.sink}."),
     }
     if "mmlu_accuracy" in tables:
         acc = tables["mmlu_accuracy"]
-        drawn["kv_mmlu_accuracy"] = kv_figures.mmlu_accuracy(
+        drawn["kv_mmlu_accuracy"] = charts.mmlu_accuracy(
             acc, testbed + f"{acc['n'].max()} MMLU-math items; filler {kv.mmlu_filler_tokens} tokens.")
     for name, fig in drawn.items():
         save(fig, name, folders)

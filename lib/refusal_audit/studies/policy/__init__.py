@@ -30,7 +30,7 @@ import pandas as pd
 from ... import paths, store
 from ...config import ParamsError, need
 from . import analysis, arms, conventions, design, rules, verdict
-from . import figures as policy_figures
+from . import charts
 
 NAME = "policy"
 
@@ -431,15 +431,15 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     sens = tables["sensitivity"]
     recipes = ", ".join(s.seed_recipes)
     drawn = {
-        "policy_range_vs_floor": policy_figures.range_vs_floor(
+        "policy_range_vs_floor": charts.range_vs_floor(
             sens, base + f"Seed floor: range across {s.n_seeds} seeds of each of {recipes}; the largest per benchmark. "
                          f"Policy-loaded: A and B disagree on >= {s.policy_loaded:.0%} of the clean rows."),
-        "policy_arms_heatmap": policy_figures.arms_heatmap(
+        "policy_arms_heatmap": charts.arms_heatmap(
             tables["arms_by_benchmarks"], base + "Reference rows: the share each policy's own labels call unsafe."),
-        "policy_guard_verdict": policy_figures.guard_position(
+        "policy_guard_verdict": charts.guard_position(
             tables["guard_verdict"], base + "Disputed items: clean benchmark rows whose binary labels under A and B "
                                             "differ; band: +- the seed floor of the arms' agreement with A."),
-        "policy_validation_vs_agreement": policy_figures.validation_vs_agreement(
+        "policy_validation_vs_agreement": charts.validation_vs_agreement(
             tables["validation"], tables["spearman"],
             base + "Validation: clean held-out rows of the pool, 4-class accuracy against policy A's labels. "
                    "Agreement: binary agreement with A, averaged over benchmarks of each group."),
@@ -631,7 +631,7 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     theirs.to_csv(folder / "guard_verdict.csv", index=False)
     verdict.benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
     shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
-    fig = policy_figures.guard_position(
+    fig = charts.guard_position(
         shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (band: +- the seed floor "
                f"{floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
                f"disputed clean benchmark items (binary labels of A and B differ); Wilson {1 - alpha:.0%} CIs.")
