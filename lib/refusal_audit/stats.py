@@ -792,18 +792,13 @@ def policy_follows(flag, unsafe_a, unsafe_b, alpha: float = 0.05) -> Follows:
 def fisher_power(n1: int, p1: float, n0: int, p0: float, alpha: float = 0.05) -> float:
     """Exact power of the one-sided Fisher test (group 1 greater) for true rates p1 (n1 items) and
     p0 (n0 items): the sum over every outcome (k1, k0) of its binomial probability where p < alpha."""
-    k1 = np.arange(n1 + 1)
-    k0 = np.arange(n0 + 1)
-    w1 = sps.binom.pmf(k1, n1, p1)
-    w0 = sps.binom.pmf(k0, n0, p0)
-    power = 0.0
-    for i in k1:
-        if w1[i] < 1e-12:
-            continue
-        # hypergeometric tail for every k0 at once: P(X >= i | margins i + k0, n1, n0)
-        p = sps.hypergeom.sf(i - 1, n1 + n0, i + k0, n1)
-        power += w1[i] * float(w0[p < alpha].sum())
-    return float(power)
+    w1 = sps.binom.pmf(np.arange(n1 + 1), n1, p1)
+    w0 = sps.binom.pmf(np.arange(n0 + 1), n0, p0)
+    k1 = np.flatnonzero(w1 >= 1e-12)[:, None]  # outcomes of group 1 that carry any weight
+    k0 = np.arange(n0 + 1)[None, :]
+    # the one-sided p of every (k1, k0) at once: P(X >= k1 | margins k1 + k0, n1, n0)
+    p = sps.hypergeom.sf(k1 - 1, n1 + n0, k1 + k0, n1)
+    return float(w1[k1[:, 0]] @ ((p < alpha) * w0[None, :]).sum(axis=1))
 
 
 def disputed_for_power(p1: float, p0: float, n0: int, alpha: float = 0.05, power: float = 0.8,

@@ -692,12 +692,14 @@ def plan_notes(p) -> list[str]:
     n_safe = int((~bench["unsafe_a"] & ~bench["unsafe_b"]).sum())
     alpha = p.stats.alpha
     cats = d.groupby(["benchmark", "rule_a", "rule_b"]).size()
-    need_n = {p1: stats.disputed_for_power(p1, 0.10, n_safe, alpha, 0.8) for p1 in (0.3, 0.5, 0.9)}
+    n_max = max(200, 4 * len(d))  # searched up to four times what the pool holds: beyond that, "more than"
+    need_n = {p1: stats.disputed_for_power(p1, 0.10, n_safe, alpha, 0.8, n_max) for p1 in (0.3, 0.5, 0.9)}
     return [f"policy: {len(d)} disputed benchmark rows (before the audit) in {d['benchmark'].nunique()} benchmarks and "
             f"{len(cats)} categories (benchmark x rule under A x rule under B); binary A/B disagreement on the pool "
             f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",
             "policy: disputed items needed for 80 % power at alpha = " + f"{alpha} (flag rate 0.10 on {n_safe} items "
-            "both call safe): " + ", ".join(f"{n} for a guard flagging {p1:.0%} of them" for p1, n in need_n.items()) +
+            "both call safe): " + ", ".join(f"{n if n > 0 else f'more than {n_max}'} for a guard flagging {p1:.0%} of them"
+                                        for p1, n in need_n.items()) +
             f"; available: {len(d)}"]
 
 
