@@ -37,8 +37,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 test: test-unit test-notebooks
 
+# one pytest worker per core (pytest-xdist); the tests that share the ci run are kept on one worker
+TEST_WORKERS ?= 2
 test-unit: $(VENV)/.installed
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The six notebooks, in order, on the tiny ci params (a fresh results/ci each time).
 test-notebooks: $(VENV)/.installed clean-ci

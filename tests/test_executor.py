@@ -11,6 +11,8 @@ from refusal_audit.paths import ROOT
 
 import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
 
+pytestmark = pytest.mark.xdist_group("ci_run")  # make test runs on two workers: the ci run is computed on one
+
 CI = ROOT / "params" / "ci.yaml"
 STUDIES = ["kv", "frames"]  # two of the three studies that generate with the engine (confusion's path is the same call)
 

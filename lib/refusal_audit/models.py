@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,51 @@ def check_models(p, pool: "Pool") -> None:
             raise FileNotFoundError(f"{p.source_file}: models.{name}.adapter: {m.adapter} not found")
 
 
+CACHE_DIR = Path(os.environ.get("REFUSAL_AUDIT_CACHE", Path.home() / ".cache" / "refusal-audit"))
+
+
+def readable(where: Resolved) -> Resolved:
+    """Where transformers reads the model from. A GGUF file is converted once (dequantised to fp32, as
+    transformers' GGUF loader does on every load, which re-parses the whole file: about 10 s for the
+    embedded 135M model on two cores) into a folder of safetensors weights, config and tokenizer under
+    ``CACHE_DIR`` (``$REFUSAL_AUDIT_CACHE``), named by the file, its size and mtime and the transformers
+    version; later loads read that folder (identical tensors, ``tests/test_generation.py``)."""
+    if not where.gguf_file:
+        return where
+    import hashlib
+
+    import transformers
+
+    gguf = Path(where.directory) / where.gguf_file
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}".encode())
+    folder = CACHE_DIR / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
+    if not (folder / "config.json").is_file():
+        import tempfile
+
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file,
+                                                         dtype=torch.float32, trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+        model.hf_quantizer = None  # the tensors are plain fp32 already; only this marker of the GGUF origin
+        model.config.__dict__.pop("quantization_config", None)  # makes save_pretrained refuse
+        tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".converting-")
+        try:
+            with _quiet_loading():
+                model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            os.rename(tmp, folder)  # atomic; where a concurrent conversion got there first, its folder is kept
+        except OSError:
+            if not (folder / "config.json").is_file():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Resolved(str(folder), None)
+
+
 def load_config(spec: ModelSpec):
     """The model's config (no weights), read offline; read once per source (a GGUF file is parsed
     whole to read it)."""
@@ -142,9 +188,9 @@ def load_config(spec: ModelSpec):
 def _config(source: str):
     from transformers import AutoConfig
 
-    where = resolve(source)
+    where = readable(resolve(source))
     try:
-        return AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+        return AutoConfig.from_pretrained(where.directory, trust_remote_code=False)
     except OSError as e:
         raise FileNotFoundError(f"model source {source!r}: cannot read its config offline ({e})") from None
 
@@ -188,8 +234,8 @@ def causal_class(cfg):
 def load_tokenizer(spec: ModelSpec):
     from transformers import AutoTokenizer
 
-    where = resolve(spec.source)
-    tok = AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+    where = readable(resolve(spec.source))
+    tok = AutoTokenizer.from_pretrained(where.directory, trust_remote_code=False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -222,10 +268,8 @@ def load(spec: ModelSpec, device: str | None = None):
 
     device = device or default_device()
     check_runnable(spec, device)
-    where = resolve(spec.source)
+    where = readable(resolve(spec.source))
     kwargs: dict = {"dtype": DTYPES[spec.dtype], "trust_remote_code": False}
-    if where.gguf_file:
-        kwargs["gguf_file"] = where.gguf_file
     if spec.quantization == "bnb-4bit":
         from transformers import BitsAndBytesConfig
 
@@ -234,7 +278,7 @@ def load(spec: ModelSpec, device: str | None = None):
         kwargs["device_map"] = {"": device}
     try:
         with _quiet_loading():
-            auto = AutoModelForCausalLM if spec.quantization != "none" or where.gguf_file else causal_class(load_config(spec))
+            auto = AutoModelForCausalLM if spec.quantization != "none" else causal_class(load_config(spec))
             model = auto.from_pretrained(where.directory, **kwargs)
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None
