@@ -203,6 +203,7 @@ def run_notebooks(params_file: str, only: str = "") -> None:
     """Check the params, then execute every numbered notebook into ``results/<run>/notebooks/``.
     Progress bars go to this process's standard error (the terminal), not into the notebooks."""
     import os
+    import time
 
     import papermill as pm
 
@@ -215,9 +216,11 @@ def run_notebooks(params_file: str, only: str = "") -> None:
     os.environ[progress.ENV] = f"/proc/{os.getpid()}/fd/2"
     for nb in NOTEBOOKS:
         print(f"[{run.p.run_name}] {nb.name} ({', '.join(run.names)})", flush=True)
+        start = time.perf_counter()
         pm.execute_notebook(str(nb), str(out / nb.name),
                             parameters={"params_file": str(Path(params_file).resolve()), "studies": only},
                             cwd=str(ROOT / "notebooks"), progress_bar=False, log_output=False)
+        print(f"[{run.p.run_name}] {nb.name}: {time.perf_counter() - start:.0f} s", flush=True)
     print(f"[{run.p.run_name}] report: {report.write(run)}", flush=True)
 
 
