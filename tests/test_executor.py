@@ -1,5 +1,6 @@
-"""The ray executor on a local Ray instance (2 CPU workers): the ci params' stage tables equal the local
-executor's, and a worker killed after writing a shard costs nothing (its shard is kept, the rest redone)."""
+"""The ray executor on a local Ray instance (2 CPU workers): the stage tables of a small run (the ci params
+cut to one model, two harmful prompts and one frames item per stratum) equal the local executor's, and a
+worker killed after writing a shard costs nothing (its shard is kept, the rest redone)."""
 import shutil
 
 import pandas as pd
@@ -11,14 +12,19 @@ from refusal_audit.paths import ROOT
 
 import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
 
-pytestmark = pytest.mark.xdist_group("ci_run")  # make test runs on two workers: the ci run is computed on one
-
 CI = ROOT / "params" / "ci.yaml"
 STUDIES = ["kv", "frames"]  # two of the three studies that generate with the engine (confusion's path is the same call)
+MODEL = "smollm2-135m-guarded"
 
 
 def params(folder, run_name: str, **executor_keys):
     raw = yaml.safe_load(CI.read_text())
+    raw["models"] = {MODEL: raw["models"][MODEL]}
+    raw["kv"].update(models=[MODEL], positive_control=None, null_control=MODEL, sink_ablation=[4])
+    raw["kv"]["data"].update(n_harmful=2, mmlu_per_subject=1)
+    raw["frames"].update(models=[MODEL], interaction_reference="")
+    raw["frames"].pop("base_of")
+    raw = {k: v for k, v in raw.items() if k not in ("confusion", "policy")}
     raw.update(run_name=run_name, executor=executor_keys or {"kind": "local"})
     path = folder / f"{run_name}.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -38,13 +44,15 @@ def kill_switch(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, kill_switch, ci_run):
-    """The ci params run locally (the shared ``ci_run``), and new runs starting from a copy of its items and
-    prompts (same model pool, results in a temporary folder)."""
-    local = ci_run["kv"][0]
+def runs(tmp_path_factory, kill_switch):
+    """The small run on the local executor, and new runs starting from a copy of its items and prompts (same
+    model pool, results in a temporary folder)."""
     folder = tmp_path_factory.mktemp("params")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(paths, "RESULTS_DIR", tmp_path_factory.mktemp("results"))
+        local = pipeline.Run(params(folder, "ci_local"), STUDIES)
+        for stage in ("items", "prompts", "generate", "judge"):
+            getattr(local, stage)()
 
         def start(run_name: str, only: list[str] = STUDIES, **executor_keys) -> pipeline.Run:
             run = pipeline.Run(params(folder, run_name, **executor_keys), only)
@@ -58,8 +66,8 @@ def runs(tmp_path_factory, kill_switch, ci_run):
 
 
 def assert_same(ours: pd.DataFrame, local: pd.DataFrame, studies: list[str], name: str = "") -> None:
-    """``ours`` equals ``local``'s rows of ``studies``. The local run's shared tables hold every study of
-    the ci run (more columns, empty for these rows; dtypes widened by the other studies' rows)."""
+    """``ours`` equals ``local``'s rows of ``studies``. The local run's shared tables hold both studies
+    (more columns, empty for one study's rows; dtypes widened by the other study's rows)."""
     if "study" in local:
         local = local[local["study"].isin(studies)].reset_index(drop=True)
         ours = ours[ours["study"].isin(studies)].reset_index(drop=True)

@@ -6,8 +6,6 @@ import pytest
 from refusal_audit import config, models, pipeline, studies
 from refusal_audit.paths import PARAMS_DIR, ROOT
 
-pytestmark = pytest.mark.xdist_group("ci_run")  # make test runs on two workers: the ci run is computed on one
-
 CI = ROOT / "params" / "ci.yaml"
 
 
