@@ -17,6 +17,22 @@ def cli(tmp_path, *args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.fixture
+def here(tmp_path, monkeypatch, capsys):
+    """The same entry point in this process, for the paths that stop before any work (a subprocess
+    spends about 10 s importing torch and transformers before it gets there)."""
+    from refusal_audit import __main__, paths
+
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.chdir(ROOT)
+
+    def run(*args):
+        code = __main__.main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+    return run
+
+
 def params(tmp_path, batch_rows=None, **kv):
     raw = yaml.safe_load((ROOT / "params" / "ci.yaml").read_text())
     raw["run_name"] = "t"
@@ -37,37 +53,37 @@ def assert_stopped(tmp_path, res, *fragments):
     assert not (tmp_path / "results").exists()  # nothing was written
 
 
-def test_unknown_key(tmp_path):
+def test_unknown_key(tmp_path, here):
     path, _ = params(tmp_path, keep_ratoi=0.3)
-    assert_stopped(tmp_path, cli(tmp_path, "run", str(path)), "p.yaml: kv.keep_ratoi: unknown key")
+    assert_stopped(tmp_path, here("run", str(path)), "p.yaml: kv.keep_ratoi: unknown key")
 
 
-def test_model_path_that_does_not_exist(tmp_path):
+def test_model_path_that_does_not_exist(tmp_path, here):
     path, raw = params(tmp_path)
     raw["models"]["smollm2-135m"]["source"] = "./models/nowhere.gguf"
     path.write_text(yaml.safe_dump(raw))
-    assert_stopped(tmp_path, cli(tmp_path, "run", str(path)), "models.smollm2-135m.source",
+    assert_stopped(tmp_path, here("run", str(path)), "models.smollm2-135m.source",
                    "'./models/nowhere.gguf'", "GGUF file not found")
 
 
-def test_filler_longer_than_the_context(tmp_path):
+def test_filler_longer_than_the_context(tmp_path, here):
     path, _ = params(tmp_path, filler_tokens=9000)
-    assert_stopped(tmp_path, cli(tmp_path, "check", str(path)), "p.yaml: kv.filler_tokens: 9000 filler tokens",
+    assert_stopped(tmp_path, here("check", str(path)), "p.yaml: kv.filler_tokens: 9000 filler tokens",
                    "context window of smollm2-135m-guarded (8192 positions)")
 
 
-def test_generate_refuses_bad_prompt_files(tmp_path):
+def test_generate_refuses_bad_prompt_files(tmp_path, here):
     bad = tmp_path / "prompts.csv"
     bad.write_text("id,prompt\n1,Tell me a joke\n2,\n")
-    res = cli(tmp_path, "generate", "--prompts", str(bad), "--model", "smollm2-135m", "--run", "u",
-              "--params", "params/ci.yaml")
+    res = here("generate", "--prompts", str(bad), "--model", "smollm2-135m", "--run", "u",
+               "--params", "params/ci.yaml")
     assert_stopped(tmp_path, res, "prompts.csv: row 1 (id '2'): empty prompt")
 
 
-def test_judge_refuses_missing_columns(tmp_path):
+def test_judge_refuses_missing_columns(tmp_path, here):
     bad = tmp_path / "replies.csv"
     bad.write_text("prompt,answer\nhi,hello\n")
-    res = cli(tmp_path, "judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
+    res = here("judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
     assert_stopped(tmp_path, res, "replies.csv: missing column(s) ['reply']")
 
 
@@ -75,10 +91,10 @@ def test_judge_refuses_missing_columns(tmp_path):
     ("prompt,reply\nhi,caf\xe9\n".encode("latin-1"), "replies.csv: not UTF-8 text"),
     (b"id,prompt,reply\na,hi,no\na,hi,yes\n", "replies.csv: row 1: duplicate id 'a'"),
 ])
-def test_judge_refuses_bad_replies_files(tmp_path, content, message):
+def test_judge_refuses_bad_replies_files(tmp_path, here, content, message):
     bad = tmp_path / "replies.csv"
     bad.write_bytes(content)
-    res = cli(tmp_path, "judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
+    res = here("judge", "--replies", str(bad), "--run", "u", "--params", "params/ci.yaml")
     assert_stopped(tmp_path, res, message)
 
 
