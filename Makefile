@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # notebooks (in order, on the tiny ci params, a fresh results/ci) side by side, every process on one thread
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=line test-unit test-notebooks
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit test-notebooks
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
