@@ -138,7 +138,7 @@ CACHE_DIR = Path(os.environ.get("REFUSAL_AUDIT_CACHE", Path.home() / ".cache" / 
 
 def readable(where: Resolved) -> Resolved:
     """Where transformers reads the model from. A GGUF file is converted once (dequantised to fp32, as
-    transformers' GGUF loader does on every load, which re-parses the whole file: about 10 s for the
+    transformers' GGUF loader does on every load, which re-parses the whole file: 20-34 s for the
     embedded 135M model on two cores) into a folder of safetensors weights, config and tokenizer under
     ``CACHE_DIR`` (``$REFUSAL_AUDIT_CACHE``), named by the file, its size and mtime and the transformers
     version; later loads read that folder (identical tensors, ``tests/test_generation.py``)."""
@@ -158,17 +158,16 @@ def readable(where: Resolved) -> Resolved:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file,
-                                                         dtype=torch.float32, trust_remote_code=False)
-        tok = AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
-        model.hf_quantizer = None  # the tensors are plain fp32 already; only this marker of the GGUF origin
-        model.config.__dict__.pop("quantization_config", None)  # makes save_pretrained refuse
         tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".converting-")
         try:
             with _quiet_loading():
+                model = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file,
+                                                             dtype=torch.float32, trust_remote_code=False)
+                model.hf_quantizer = None  # the tensors are plain fp32 already; only this marker of the GGUF
+                model.config.__dict__.pop("quantization_config", None)  # origin makes save_pretrained refuse
                 model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file,
+                                          trust_remote_code=False).save_pretrained(tmp)
             os.rename(tmp, folder)  # atomic; where a concurrent conversion got there first, its folder is kept
         except OSError:
             if not (folder / "config.json").is_file():
@@ -179,8 +178,8 @@ def readable(where: Resolved) -> Resolved:
 
 
 def load_config(spec: ModelSpec):
-    """The model's config (no weights), read offline; read once per source (a GGUF file is parsed
-    whole to read it)."""
+    """The model's config (no weights), read offline; read once per source (from a GGUF file's
+    converted folder, ``readable``)."""
     return _config(spec.source)
 
 
