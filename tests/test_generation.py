@@ -177,6 +177,55 @@ def test_a_reused_prefix_changes_no_output(embedded, tmp_path):
         assert g["reply"].tolist() == want
 
 
+def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
+    """Short prompts of different lengths prefilled together (left-padded): each keeps its own cache
+    (no padding), last logits and greedy reply; through the engine, replies equal one-at-a-time's."""
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    texts = ["Say hello.", "Name three rivers that flow through Vienna, please.", "Why is the sky blue?"]
+    ids = [prompts.render_ids(tok, None, t, 0) for t in texts]
+    assert len({len(x) for x in ids}) == 3
+    together = generation.prefill_batch(model, ids)
+    for x, got in zip(ids, together):
+        alone = generation.prefill(model, x)
+        assert got.length == len(x) and got.input_ids == x
+        assert (got.last_logits - alone.last_logits).abs().max() < 1e-3
+        for a, b in zip(got.cache.layers, alone.cache.layers):
+            assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() < 1e-4
+            assert (a.values - b.values).abs().max() < 1e-4
+        assert (generation.decode_greedy(model, got, None, 10, eos) == generation.decode_greedy(model, alone, None, 10, eos))
+
+    items = pd.DataFrame({"item_id": list("abc"), "study": "confusion", "role": "safe", "text": texts})
+    table = prompts.build_prompts(items, tok, [(0, None)])
+    runs = {}
+    for cap in (1, 64):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(generation, "PREFILL_BATCH_PROMPTS", cap)
+            calls = []
+            real = generation.prefill_batch
+            mp.setattr(generation, "prefill_batch", lambda m, p: calls.append(len(p)) or real(m, p))
+            runs[cap] = generation.run(model, tok, "m", table, lambda row: [retention.make("full")],
+                                       ShardStore(tmp_path / str(cap)), [generation.Decoding(0.0, 0, 10)])
+            assert calls == ([] if cap == 1 else [3])
+    assert runs[1]["reply"].tolist() == runs[64]["reply"].tolist()
+
+
+def test_prefill_batches_keep_window_and_reusing_prompts_alone():
+    """A prompt reusing its predecessor's prefix or needing window attention is prefilled alone, after
+    every prompt before it; the others are batched shortest first within the token budget."""
+    shared = tuple(range(100, 100 + generation.MIN_SHARED_PREFIX))
+    a, b = shared + (1,), shared + (2, 3)          # b reuses a
+    c, d, e = (7, 1), (8, 1, 2, 3), (9,)            # no shared prefix with anything
+    order = sorted([a, b, c, d, e])
+    windows = dict.fromkeys(order, 0)
+    assert order == [c, d, e, a, b]
+    assert generation.prefill_batches(order, windows) == [[e, c, d, a], [b]]
+    assert generation.prefill_batches(order, windows | {d: 8}) == [[c], [d], [e, a], [b]]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(generation, "PREFILL_BATCH_TOKENS", 6)  # (prompts) x (the longest) <= 6
+        assert generation.prefill_batches(order, windows) == [[e, c], [d], [a], [b]]
+
+
 def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):
     """``models.readable``: the folder every load reads holds the tensors, tokenizer and chat template
     that transformers reads from the GGUF file itself."""

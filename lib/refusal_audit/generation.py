@@ -1,9 +1,12 @@
 """Generation under KV retention: ONE prefill per prompt, every policy decodes from its own copy.
 
-Prompts are prefilled one at a time (prefill is compute-bound: batching it only adds padding), in
-token order, and a prompt that shares a leading stretch of tokens with the previous one (the kv
-study's prompts all open with the same template, system text and filler) reuses that stretch of
-its cache and runs only the rest. Each policy's evicted copy of the cache becomes one row of a
+Prompts are prefilled in token order. A prompt that shares a leading stretch of tokens with the
+previous one (the kv study's prompts all open with the same template, system text and filler)
+reuses that stretch of its cache and runs only the rest. Consecutive prompts that reuse nothing and
+need no window attention (short chat prompts: frames, confusion) are prefilled together, left-padded,
+up to ``PREFILL_BATCH_TOKENS`` padded tokens: on CPU a forward pass reads every weight once however
+few tokens it carries (~0.1 s for the 135M model), so one pass per 44-token prompt cost more than
+the prompt's arithmetic. Each policy's evicted copy of the cache becomes one row of a
 decode batch; rows of similar cache length (of many prompts and policies) decode together,
 left-padded to a common length with masked padding, into caches preallocated for the new tokens.
 Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
@@ -67,6 +70,8 @@ def decoding_grid(temperatures: list[float], seeds: list[int], max_new_tokens: i
 
 
 MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed: reuse would save less than it costs
+PREFILL_BATCH_TOKENS = 4096  # padded tokens (prompts x the longest) per batched prefill
+PREFILL_BATCH_PROMPTS = 64
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -89,6 +94,73 @@ def _crop(cache, length: int):
     return out
 
 
+def reused_positions(previous: list[int] | None, input_ids: list[int], capture_window: int = 0) -> int:
+    """How many leading positions a prefill of ``input_ids`` takes from the previous prompt's cache:
+    their shared prefix, less the positions computed here in any case (the window, the last one);
+    0 below ``MIN_SHARED_PREFIX``."""
+    if previous is None:
+        return 0
+    start = min(shared_prefix(previous, input_ids), len(input_ids) - max(capture_window, 1))
+    return start if start >= MIN_SHARED_PREFIX else 0
+
+
+def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[tuple]]:
+    """``order`` (prompts' token tuples, in token order) cut into prefill batches. A prompt that needs
+    window attention or reuses the previous prompt's prefix is a batch of its own, after every prompt
+    before it. Each run of other prompts between two such is sorted by length (less padding) and cut
+    into batches of at most ``PREFILL_BATCH_PROMPTS`` prompts and ``PREFILL_BATCH_TOKENS`` padded tokens."""
+    alone = [windows[ids] > 0 or (i > 0 and reused_positions(list(order[i - 1]), list(ids), windows[ids]) > 0)
+             for i, ids in enumerate(order)]
+    batches: list[list[tuple]] = []
+    run: list[tuple] = []
+
+    def close():
+        for ids in sorted(run, key=len):
+            last = batches[-1] if batches and batches[-1][0] in run else None
+            if last is None or len(last) >= PREFILL_BATCH_PROMPTS or (len(last) + 1) * len(ids) > PREFILL_BATCH_TOKENS:
+                batches.append([ids])
+            else:
+                last.append(ids)
+        run.clear()
+
+    for ids, single in zip(order, alone):
+        if single:
+            close()
+            batches.append([ids])
+        else:
+            run.append(ids)
+    close()
+    return batches
+
+
+@torch.no_grad()
+def prefill_batch(model, prompts: list[list[int]]) -> list[Prefill]:
+    """``prefill`` of several prompts (no reuse, no window) in one left-padded forward pass: each
+    prompt's positions start at 0 and its padding is masked, so each Prefill holds that prompt's own
+    cache (padding cut off) and last logits, equal to ``prefill``'s up to float rounding."""
+    from transformers import DynamicCache
+
+    if len(prompts) == 1:
+        return [prefill(model, prompts[0])]
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask, pos = torch.zeros_like(ids), torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+        pos[i, width - len(p):] = torch.arange(len(p))
+    out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                position_ids=pos.to(model.device), use_cache=True, logits_to_keep=1)
+    result = []
+    for i, p in enumerate(prompts):
+        cache = DynamicCache()
+        for layer, kv in enumerate(out.cache.layers):  # copies: a view would keep the whole batch alive
+            cache.update(kv.keys[i:i + 1, :, width - len(p):].clone(),
+                         kv.values[i:i + 1, :, width - len(p):].clone(), layer)
+        result.append(Prefill(cache, len(p), None, out.logits[i, -1].float().clone(), list(p)))
+    return result
+
+
 @torch.no_grad()
 def prefill(model, input_ids: list[int], capture_window: int = 0, reuse: Prefill | None = None) -> Prefill:
     """Run the prompt once; optionally record the last ``capture_window`` queries' attention (SnapKV).
@@ -98,10 +170,7 @@ def prefill(model, input_ids: list[int], capture_window: int = 0, reuse: Prefill
     computed here, so the window's attention and the last logits come from this forward pass.
     """
     n = len(input_ids)
-    start = 0
-    if reuse is not None and reuse.input_ids is not None:
-        start = min(shared_prefix(reuse.input_ids, input_ids), n - max(capture_window, 1))
-        start = start if start >= MIN_SHARED_PREFIX else 0
+    start = reused_positions(reuse.input_ids if reuse is not None else None, input_ids, capture_window)
     ids = torch.tensor([input_ids[start:]], device=model.device)
     scores: list[torch.Tensor] = []
     scales = layer_scales(model) if capture_window else {}
@@ -308,10 +377,14 @@ def _decoding_key(d: Decoding) -> dict:
     return {"mode": "sample", "temperature": d.temperature, "seed": d.seed, "max_new_tokens": d.max_new_tokens}
 
 
+SHORT_CACHE = 256  # positions: below this a decode step's cost is the weights, not the attention
+
+
 def _length_class(cache_length: int) -> int:
     """Rows decode with rows of similar cache length (within a factor of sqrt 2): a row padded to a
-    cache three times its own (a full-retention row beside evicted ones) costs three times the work."""
-    return round(2 * math.log2(max(cache_length, 1)))
+    cache three times its own (a full-retention row beside evicted ones) costs three times the work.
+    Caches shorter than ``SHORT_CACHE`` are one class: padding them costs less than a smaller batch."""
+    return round(2 * math.log2(max(cache_length, SHORT_CACHE)))
 
 
 AUTO_BATCH_FRACTION = 0.4  # of the free memory given to decode caches: rows of several cache-length classes
@@ -411,30 +484,45 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - started):.1f}")
         group.clear()
 
+    def queue(ids, pre):
+        """Every row of one prefilled prompt: answered at once (a cue), or queued in its cache-length class."""
+        kept = {}
+        for _, pol, d, key in todo[ids]:
+            if id(pol) not in kept:
+                kept[id(pol)] = pol.select(pre)
+            keep = kept[id(pol)]
+            if answer_cue:
+                choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
+                record(key, pre.length if keep is None else int(keep.shape[-1]), answer_cue[1][choice], 1, "choice")
+                continue
+            row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
+                      sample_key=f"{key}|{d.temperature}")
+            group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
+            group.append((pol, d, key, row))
+            if len(group) >= batch_rows:
+                flush(group)
+
     if not plan:
         return pd.DataFrame(columns=GENERATION_COLUMNS)
     with progress.bar(sum(map(len, todo.values())), f"generate {model_name}", "row") as bar:
-        pre = None
         # in token order, so that prompts sharing a prefix (same template, system text, filler) are neighbours
-        for ids in sorted(todo):
-            jobs = todo[ids]
-            window = max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
-            pre = prefill(model, list(ids), capture_window=window, reuse=pre)
-            kept = {}
-            for _, pol, d, key in jobs:
-                if id(pol) not in kept:
-                    kept[id(pol)] = pol.select(pre)
-                keep = kept[id(pol)]
-                if answer_cue:
-                    choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
-                    record(key, pre.length if keep is None else int(keep.shape[-1]), answer_cue[1][choice], 1, "choice")
-                    continue
-                row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
-                          sample_key=f"{key}|{d.temperature}")
-                group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
-                group.append((pol, d, key, row))
-                if len(group) >= batch_rows:
-                    flush(group)
+        windows = {ids: max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
+                   for ids, jobs in todo.items()}
+        order = sorted(todo)
+        before = dict(zip(order[1:], order))  # the prompt a prefill may reuse: the previous in token order
+        batches = prefill_batches(order, windows)
+        wanted = {before[b[0]] for b in batches if len(b) == 1 and b[0] in before}
+        saved: dict[tuple, Prefill] = {}  # prefills a later prompt may reuse, until it does
+        for batch in batches:
+            if len(batch) > 1:
+                prefills = prefill_batch(model, [list(ids) for ids in batch])
+            else:
+                prefills = [prefill(model, list(batch[0]), capture_window=windows[batch[0]],
+                                    reuse=saved.pop(before.get(batch[0]), None))]
+            for ids, pre in zip(batch, prefills):
+                if ids in wanted:
+                    saved[ids] = pre
+                queue(ids, pre)
         for group in pending.values():
             if group:
                 flush(group)
