@@ -219,11 +219,16 @@ def test_prefill_batches_keep_window_and_reusing_prompts_alone():
     order = sorted([a, b, c, d, e])
     windows = dict.fromkeys(order, 0)
     assert order == [c, d, e, a, b]
-    assert generation.prefill_batches(order, windows) == [[e, c, d, a], [b]]
-    assert generation.prefill_batches(order, windows | {d: 8}) == [[c], [d], [e, a], [b]]
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(generation, "PREFILL_PAD_RATIO", 100)
+        assert generation.prefill_batches(order, windows) == [[e, c, d, a], [b]]
+        assert generation.prefill_batches(order, windows | {d: 8}) == [[c], [d], [e, a], [b]]
         mp.setattr(generation, "PREFILL_BATCH_TOKENS", 6)  # (prompts) x (the longest) <= 6
         assert generation.prefill_batches(order, windows) == [[e, c], [d], [a], [b]]
+    # the longest of a batch at most PREFILL_PAD_RATIO (1.5) times its shortest
+    assert generation.prefill_batches(order, windows) == [[e], [c], [d], [a], [b]]
+    f, g = (10, 1, 1, 1, 1, 1), (11, 1, 1, 1, 1, 1, 1, 1, 1)
+    assert generation.prefill_batches(sorted([d, f, g]), dict.fromkeys([d, f, g], 0)) == [[d, f], [g]]
 
 
 def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):

@@ -72,6 +72,7 @@ def decoding_grid(temperatures: list[float], seeds: list[int], max_new_tokens: i
 MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed: reuse would save less than it costs
 PREFILL_BATCH_TOKENS = 4096  # padded tokens (prompts x the longest) per batched prefill
 PREFILL_BATCH_PROMPTS = 64
+PREFILL_PAD_RATIO = 1.5  # a batch's longest prompt at most this times its shortest (padding is computed too)
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -108,7 +109,8 @@ def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[
     """``order`` (prompts' token tuples, in token order) cut into prefill batches. A prompt that needs
     window attention or reuses the previous prompt's prefix is a batch of its own, after every prompt
     before it. Each run of other prompts between two such is sorted by length (less padding) and cut
-    into batches of at most ``PREFILL_BATCH_PROMPTS`` prompts and ``PREFILL_BATCH_TOKENS`` padded tokens."""
+    into batches of at most ``PREFILL_BATCH_PROMPTS`` prompts and ``PREFILL_BATCH_TOKENS`` padded tokens,
+    the longest at most ``PREFILL_PAD_RATIO`` times the shortest."""
     alone = [windows[ids] > 0 or (i > 0 and reused_positions(list(order[i - 1]), list(ids), windows[ids]) > 0)
              for i, ids in enumerate(order)]
     batches: list[list[tuple]] = []
@@ -117,7 +119,8 @@ def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[
     def close():
         for ids in sorted(run, key=len):
             last = batches[-1] if batches and batches[-1][0] in run else None
-            if last is None or len(last) >= PREFILL_BATCH_PROMPTS or (len(last) + 1) * len(ids) > PREFILL_BATCH_TOKENS:
+            if (last is None or len(last) >= PREFILL_BATCH_PROMPTS or len(ids) > PREFILL_PAD_RATIO * len(last[0])
+                    or (len(last) + 1) * len(ids) > PREFILL_BATCH_TOKENS):
                 batches.append([ids])
             else:
                 last.append(ids)
