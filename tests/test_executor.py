@@ -1,6 +1,8 @@
-"""The ray executor on a local Ray instance (2 CPU workers): the stage tables of a small run (the ci params
-cut to one model, two harmful prompts and one frames item per stratum) equal the local executor's, and a
-worker killed after writing a shard costs nothing (its shard is kept, the rest redone)."""
+"""The ray executor on a local Ray instance (2 CPU workers): the stage tables of a small kv run (the ci params
+cut to one model and two harmful prompts: several prompts sharing a prefix, several policies and the MMLU
+answer cue, so that groups and row order matter) equal the local executor's, and a worker killed after
+writing a shard costs nothing (its shard is kept, the rest redone). Every study generates through the
+same ``executor.generate``."""
 import shutil
 
 import pandas as pd
@@ -13,7 +15,7 @@ from refusal_audit.paths import ROOT
 import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
 
 CI = ROOT / "params" / "ci.yaml"
-STUDIES = ["kv", "frames"]  # two of the three studies that generate with the engine (confusion's path is the same call)
+STUDIES = ["kv"]
 MODEL = "smollm2-135m-guarded"
 
 
@@ -82,7 +84,7 @@ def test_ray_stage_tables_equal_the_local_executors(runs):
     run.generate()
     run.judge()
     tables = sorted({f.name for f in run.dir.glob("*.parquet")} - {"items.parquet", "prompts.parquet"})
-    assert {"generations.parquet", "judgments.parquet", "frames_tiers.parquet"} <= set(tables)
+    assert {"generations.parquet", "judgments.parquet"} <= set(tables)
     for name in tables:
         assert_same(pd.read_parquet(run.dir / name), pd.read_parquet(local.dir / name), STUDIES, name)
     assert run.p.executor.kind == "ray" and local.p.executor.kind == "local"
