@@ -132,6 +132,27 @@ def test_min_k_prob_against_a_hand_computation():
         familiarity.min_k_prob(lp, 0)
 
 
+def test_token_logprobs_in_padded_batches_equal_one_text_at_a_time(embedded, monkeypatch):
+    """Texts of different lengths scored together (left-padded, shortest first, within the token budget)
+    give each text the log-probabilities of its own unpadded forward pass; a one-token text is refused."""
+    import torch
+
+    model, tok = embedded
+    texts = ["Write a short story about a lighthouse keeper who finds a message in a bottle.", "Hello there.",
+             "Explain how vaccines train the immune system, in two sentences."]
+    monkeypatch.setattr(familiarity, "LOGIT_BATCH_TOKENS", 40)  # two batches: the short two, then the longest
+    got = familiarity.token_logprobs(model, tok, texts)
+    for text, lp in zip(texts, got):
+        ids = tok.encode(text, add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, :-1].float()
+        want = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+        assert lp.shape == (len(ids) - 1,)
+        np.testing.assert_allclose(lp, want, atol=1e-3)
+    with pytest.raises(ValueError, match="too short to score"):
+        familiarity.token_logprobs(model, tok, ["Hi"])
+
+
 # --- statistics on a planted effect -----------------------------------------------------------------
 def planted(n_items=30, effect=0.4, seed=0):
     """Model m1 refuses with p = 0.3 + effect under E and 0.3 under D and N; m0 0.3 everywhere."""

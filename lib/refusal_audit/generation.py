@@ -38,6 +38,7 @@ from transformers.cache_utils import DynamicLayer
 from . import progress, retention
 from .attention import attention_hook, layer_scales
 from .models import attention_span
+from .padding import pad_batch, positions
 from .retention import Prefill, RetentionPolicy
 from .store import ShardStore, shard_key
 
@@ -145,15 +146,10 @@ def prefill_batch(model, prompts: list[list[int]]) -> list[Prefill]:
 
     if len(prompts) == 1:
         return [prefill(model, prompts[0])]
-    width = max(map(len, prompts))
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask, pos = torch.zeros_like(ids), torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-        pos[i, width - len(p):] = torch.arange(len(p))
-    out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                position_ids=pos.to(model.device), use_cache=True, logits_to_keep=1)
+    ids, mask = pad_batch(prompts, 0, "left")
+    width = ids.shape[1]
+    out = model(input_ids=torch.as_tensor(ids, device=model.device), attention_mask=torch.as_tensor(mask, device=model.device),
+                position_ids=torch.as_tensor(positions(mask), device=model.device), use_cache=True, logits_to_keep=1)
     result = []
     for i, p in enumerate(prompts):
         cache = DynamicCache()

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-PADDING_SIDES = ("left", "right")
+from ... import padding
+from ...padding import PADDING_SIDES, pad_batch  # noqa: F401 (PADDING_SIDES: the public name)
 
 
 @dataclass(frozen=True)
@@ -110,22 +111,6 @@ class SignalCache:
             raise
 
 
-def pad_batch(token_ids: Sequence[Sequence[int]], pad_id: int, side: str = "left") -> tuple[np.ndarray, np.ndarray]:
-    """(input_ids, attention_mask), both int64 of shape (batch, longest), padded on ``side``."""
-    if side not in PADDING_SIDES:
-        raise ValueError(f"padding_side must be one of {PADDING_SIDES}, got {side!r}")
-    if any(len(ids) == 0 for ids in token_ids):
-        raise ValueError("a prompt has no tokens")
-    width = max(len(ids) for ids in token_ids)
-    ids = np.full((len(token_ids), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(token_ids), width), dtype=np.int64)
-    for b, row in enumerate(token_ids):
-        cols = slice(width - len(row), width) if side == "left" else slice(0, len(row))
-        ids[b, cols] = row
-        mask[b, cols] = 1
-    return ids, mask
-
-
 def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[PromptSignals]:
     """The signals of every row of one padded batch (either padding side), in one forward pass."""
     import torch
@@ -133,7 +118,7 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[Pr
     device = next(model.parameters()).device
     ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=device)
     mask = torch.as_tensor(np.asarray(attention_mask), dtype=torch.long, device=device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = torch.as_tensor(padding.positions(np.asarray(attention_mask)), dtype=torch.long, device=device)
     with torch.inference_mode():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
     states = getattr(out, "hidden_states", None)

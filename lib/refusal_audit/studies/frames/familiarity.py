@@ -19,15 +19,35 @@ import pandas as pd
 import torch
 
 
-def token_logprobs(model, tokenizer, text: str) -> np.ndarray:
-    """log p(x_i | x_<i) for every token of ``text`` after the first."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) < 2:
-        raise ValueError(f"familiarity: text too short to score ({len(ids)} token): {text[:40]!r}")
-    with torch.no_grad():
-        logits = model(torch.tensor([ids], device=model.device)).logits[0, :-1].float()
-    lp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:], device=logits.device)[:, None])[:, 0]
-    return lp.cpu().numpy()
+LOGIT_BATCH_TOKENS = 2048  # padded tokens per forward pass: their logits (x 49k vocabulary, fp32) are ~0.4 GB
+
+
+def token_logprobs(model, tokenizer, texts: list[str]) -> list[np.ndarray]:
+    """Per text, log p(x_i | x_<i) for every token after the first (the text alone, no template); texts
+    of similar length share a left-padded forward pass (``padding``)."""
+    from ...padding import pad_batch, positions
+
+    ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    for t, x in zip(texts, ids):
+        if len(x) < 2:
+            raise ValueError(f"familiarity: text too short to score ({len(x)} token): {t[:40]!r}")
+    batches: list[list[int]] = [[]]  # shortest first; a batch's texts x its longest <= LOGIT_BATCH_TOKENS
+    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+        if batches[-1] and (len(batches[-1]) + 1) * len(ids[i]) > LOGIT_BATCH_TOKENS:
+            batches.append([])
+        batches[-1].append(i)
+    out: list[np.ndarray | None] = [None] * len(ids)
+    for batch in batches if ids else []:
+        x, mask = pad_batch([ids[i] for i in batch], 0, "left")
+        with torch.no_grad():
+            logits = model(input_ids=torch.as_tensor(x, device=model.device),
+                           attention_mask=torch.as_tensor(mask, device=model.device),
+                           position_ids=torch.as_tensor(positions(mask), device=model.device)).logits
+        for b, i in enumerate(batch):
+            own = torch.as_tensor(ids[i], device=logits.device)
+            lp = torch.log_softmax(logits[b, x.shape[1] - len(own):-1].float(), dim=-1)
+            out[i] = lp.gather(1, own[1:, None])[:, 0].cpu().numpy()
+    return out
 
 
 def min_k_prob(logprobs: np.ndarray, k: float = 0.2) -> float:
@@ -40,7 +60,7 @@ def min_k_prob(logprobs: np.ndarray, k: float = 0.2) -> float:
 
 def scores(model, tokenizer, bodies: pd.DataFrame, k: float = 0.2) -> pd.DataFrame:
     """``bodies``: item_id, paraphrase, body -> one row per body with ``min_k``."""
-    return bodies.assign(min_k=[min_k_prob(token_logprobs(model, tokenizer, b), k) for b in bodies["body"]])
+    return bodies.assign(min_k=[min_k_prob(lp, k) for lp in token_logprobs(model, tokenizer, bodies["body"].tolist())])
 
 
 def texts(items: pd.DataFrame) -> pd.DataFrame:
