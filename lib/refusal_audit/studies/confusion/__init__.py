@@ -155,14 +155,12 @@ def check(p, where: str) -> None:
 
 
 def _model_config(models, name: str):
-    """The model's config (no weights), or None when the pool may lack it (checking for another machine)."""
-    from transformers import AutoConfig
-
+    """The model's config (no weights; a GGUF file's from its converted folder, read once), or None when
+    the pool may lack it (checking for another machine)."""
     from ... import models as model_lib
 
     try:
-        where = model_lib.resolve(models.spec(name).source)
-        return AutoConfig.from_pretrained(where.directory, gguf_file=where.gguf_file, trust_remote_code=False)
+        return model_lib.load_config(models.spec(name))
     except (OSError, ValueError) as e:  # FileNotFoundError is an OSError
         if getattr(models, "missing_ok", False):
             return None
