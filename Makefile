@@ -47,7 +47,7 @@ test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 test-unit-rest: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" --durations=15 tests
 
 test-notebooks: $(VENV)/.installed clean-ci
 	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
