@@ -253,3 +253,38 @@ def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):
     text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     assert tok.encode(text, add_special_tokens=False) == gguf_tok.encode(text, add_special_tokens=False)
     assert (tok.eos_token, tok.bos_token) == (gguf_tok.eos_token, gguf_tok.bos_token)
+
+
+def test_a_conversion_under_way_elsewhere_is_waited_for_not_repeated(tmp_path, monkeypatch):
+    """Another process holds the conversion lock and writes the folder: ``readable`` waits for it and
+    returns that folder without converting (loading the GGUF file) itself."""
+    import subprocess
+    import sys
+    import time
+
+    import transformers
+
+    from refusal_audit import models
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"not read")
+    where = models.Resolved(str(tmp_path), gguf.name)
+    monkeypatch.setattr(models, "CACHE_DIR", tmp_path / "cache")
+    folder = models.converted_folder(where)
+    folder.parent.mkdir(parents=True)
+    lock = folder.parent / f".{folder.name}.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, pathlib; from filelock import FileLock\n"
+        "with FileLock(sys.argv[1]):\n"
+        "    pathlib.Path(sys.argv[1] + '.held').touch(); time.sleep(1.5)\n"
+        "    folder = pathlib.Path(sys.argv[2]); folder.mkdir(); (folder / 'config.json').write_text('{}')\n"),
+        str(lock), str(folder)])
+    while not lock.with_name(lock.name + ".held").exists():
+        assert holder.poll() is None
+        time.sleep(0.05)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("converted again"))
+    started = time.perf_counter()
+    assert models.readable(where) == models.Resolved(str(folder), None)
+    assert time.perf_counter() - started > 0.5  # it waited for the holder
+    assert holder.wait(timeout=30) == 0

@@ -136,14 +136,9 @@ def check_models(p, pool: "Pool") -> None:
 CACHE_DIR = Path(os.environ.get("REFUSAL_AUDIT_CACHE", Path.home() / ".cache" / "refusal-audit"))
 
 
-def readable(where: Resolved) -> Resolved:
-    """Where transformers reads the model from. A GGUF file is converted once (dequantised to fp32, as
-    transformers' GGUF loader does on every load, which re-parses the whole file: 20-34 s for the
-    embedded 135M model on two cores) into a folder of safetensors weights, config and tokenizer under
-    ``CACHE_DIR`` (``$REFUSAL_AUDIT_CACHE``), named by the file, its size and mtime and the transformers
-    version; later loads read that folder (identical tensors, ``tests/test_generation.py``)."""
-    if not where.gguf_file:
-        return where
+def converted_folder(where: Resolved) -> Path:
+    """Where ``readable`` keeps a GGUF file's conversion: named by the file, its size and mtime and the
+    transformers version."""
     import hashlib
 
     import transformers
@@ -151,13 +146,31 @@ def readable(where: Resolved) -> Resolved:
     gguf = Path(where.directory) / where.gguf_file
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}".encode())
-    folder = CACHE_DIR / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
-    if not (folder / "config.json").is_file():
-        import tempfile
+    return CACHE_DIR / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
 
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        folder.parent.mkdir(parents=True, exist_ok=True)
+def readable(where: Resolved) -> Resolved:
+    """Where transformers reads the model from. A GGUF file is converted once (dequantised to fp32, as
+    transformers' GGUF loader does on every load, which re-parses the whole file: 20-34 s for the
+    embedded 135M model on two cores) into a folder of safetensors weights, config and tokenizer under
+    ``CACHE_DIR`` (``$REFUSAL_AUDIT_CACHE``, ``converted_folder``); later loads read that folder (identical
+    tensors, ``tests/test_generation.py``). Under a file lock: processes started together (test workers,
+    notebook kernels) on a cold cache convert once, the others wait for the folder."""
+    if not where.gguf_file:
+        return where
+    folder = converted_folder(where)
+    if (folder / "config.json").is_file():
+        return Resolved(str(folder), None)
+    import tempfile
+
+    from filelock import FileLock  # a dependency of huggingface_hub
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # one process converts; the others (test workers, notebook kernels started together) wait for its folder
+    with FileLock(str(folder.parent / f".{folder.name}.lock")):
+        if (folder / "config.json").is_file():
+            return Resolved(str(folder), None)
         tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".converting-")
         try:
             with _quiet_loading():
@@ -168,10 +181,7 @@ def readable(where: Resolved) -> Resolved:
                 model.save_pretrained(tmp)
             AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file,
                                           trust_remote_code=False).save_pretrained(tmp)
-            os.rename(tmp, folder)  # atomic; where a concurrent conversion got there first, its folder is kept
-        except OSError:
-            if not (folder / "config.json").is_file():
-                raise
+            os.rename(tmp, folder)  # atomic
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Resolved(str(folder), None)
