@@ -118,8 +118,9 @@ def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[
     run: list[tuple] = []
 
     def close():
+        first = len(batches)  # this run's batches start here
         for ids in sorted(run, key=len):
-            last = batches[-1] if batches and batches[-1][0] in run else None
+            last = batches[-1] if len(batches) > first else None
             if (last is None or len(last) >= PREFILL_BATCH_PROMPTS or len(ids) > PREFILL_PAD_RATIO * len(last[0])
                     or (len(last) + 1) * len(ids) > PREFILL_BATCH_TOKENS):
                 batches.append([ids])

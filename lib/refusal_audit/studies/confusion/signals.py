@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import padding
-from ...padding import PADDING_SIDES, pad_batch  # noqa: F401 (PADDING_SIDES: the public name)
+from ...padding import PADDING_SIDES, pad_batch, positions  # noqa: F401 (PADDING_SIDES: the public name)
 
 
 @dataclass(frozen=True)
@@ -118,9 +117,9 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[Pr
     device = next(model.parameters()).device
     ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=device)
     mask = torch.as_tensor(np.asarray(attention_mask), dtype=torch.long, device=device)
-    positions = torch.as_tensor(padding.positions(np.asarray(attention_mask)), dtype=torch.long, device=device)
+    pos = torch.as_tensor(positions(np.asarray(attention_mask)), dtype=torch.long, device=device)
     with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True)
     states = getattr(out, "hidden_states", None)
     if not states:
         raise ValueError(f"model {type(model).__name__} returned no hidden states with output_hidden_states=True; "
