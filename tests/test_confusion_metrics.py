@@ -219,6 +219,16 @@ def test_signals_batched_equals_one_at_a_time_and_padding_side(embedded, token_i
     for ids, s in zip(token_ids, alone):
         assert s.hidden.shape == (len(ids), model.config.hidden_size) and s.token_logprobs.shape == (len(ids) - 1,)
         assert np.exp(s.next_token_logprobs.astype(np.float64)).sum() == pytest.approx(1.0, abs=1e-4)
+    # chat-rendered prompts open with the template's header: computed once for the batch, same signals
+    from refusal_audit import generation
+    from refusal_audit.prompts import render_ids
+
+    chat = [render_ids(tok, None, p, 0) for p in PROMPTS]
+    assert min(generation.shared_prefix(chat[0], c) for c in chat[1:]) >= generation.MIN_BATCH_HEAD
+    for side in ("left", "right"):
+        together = S.compute_signals(model, chat, model_name="smol", padding_side=side, pad_id=tok.pad_token_id)
+        for x, ids in zip(together, chat):
+            assert_same(x, S.compute_signals(model, [ids], model_name="smol")[0])
 
 
 def test_signals_match_the_model_directly(embedded, token_ids):

@@ -129,6 +129,29 @@ def test_batching_changes_no_sampled_draw(embedded, mixed):
     assert other_seed != batched  # the seed matters
 
 
+def test_answers_after_a_cue_batched_equal_one_row_at_a_time(embedded, tmp_path):
+    """MMLU-style rows (the choice whose token is likeliest after the cue, under each policy's cache) are
+    answered together; each equals feeding the cue to that row's evicted cache alone (``step``)."""
+    model, tok = embedded
+    items = pd.DataFrame({"item_id": list("abc"), "study": "kv", "role": "mmlu", "text": [
+        "Which is a prime number? A. 4 B. 6 C. 7 D. 9", "What colour is the sky? A. green B. blue C. red D. black",
+        "Water freezes at? A. 0 C B. 50 C C. 100 C D. 10 C"]})
+    table = prompts.build_prompts(items, tok, [(60, "Answer with a letter.")])
+    cue, choices = tok.encode("Answer:", add_special_tokens=False), list("ABCD")
+    choice_ids = [tok.encode(" " + c, add_special_tokens=False)[-1] for c in choices]
+    got = {rows: generation.run(model, tok, "m", table, policies_of, ShardStore(tmp_path / str(rows)),
+                                [generation.Decoding(0.0, 0, 1)], answer_cue=(cue, choices), batch_rows=rows)
+           for rows in (1, 64)}
+    assert got[1]["reply"].tolist() == got[64]["reply"].tolist()
+    want = []
+    for _, p in table.iterrows():
+        pre = generation.prefill(model, p["input_ids"])
+        for pol in policies_of(p):
+            logits = generation.step(model, retention.evict(pre.cache, pol.select(pre)), cue, pre.length)
+            want.append(choices[int(logits[choice_ids].argmax())])
+    assert got[64]["reply"].tolist() == want and (got[64]["finish"] == "choice").all()
+
+
 def test_decoding_grid():
     grid = generation.decoding_grid([0.0, 0.4, 0.8], [0, 1, 2], 64)
     assert len(grid) == 7 and grid[0] == generation.Decoding(0.0, 0, 64)
@@ -185,15 +208,20 @@ def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
     texts = ["Say hello.", "Name three rivers that flow through Vienna, please.", "Why is the sky blue?"]
     ids = [prompts.render_ids(tok, None, t, 0) for t in texts]
     assert len({len(x) for x in ids}) == 3
-    together = generation.prefill_batch(model, ids)
-    for x, got in zip(ids, together):
-        alone = generation.prefill(model, x)
-        assert got.length == len(x) and got.input_ids == x
-        assert (got.last_logits - alone.last_logits).abs().max() < 1e-3
-        for a, b in zip(got.cache.layers, alone.cache.layers):
-            assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() < 1e-4
-            assert (a.values - b.values).abs().max() < 1e-4
-        assert (generation.decode_greedy(model, got, None, 10, eos) == generation.decode_greedy(model, alone, None, 10, eos))
+    head = min(generation.shared_prefix(ids[0], x) for x in ids[1:])
+    assert head >= generation.MIN_BATCH_HEAD  # the chat template's header: computed once for the batch
+    for min_head in (generation.MIN_BATCH_HEAD, 10_000):  # with and without the shared head
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(generation, "MIN_BATCH_HEAD", min_head)
+            together = generation.prefill_batch(model, ids)
+        for x, got in zip(ids, together):
+            alone = generation.prefill(model, x)
+            assert got.length == len(x) and got.input_ids == x
+            assert (got.last_logits - alone.last_logits).abs().max() < 1e-3
+            for a, b in zip(got.cache.layers, alone.cache.layers):
+                assert a.keys.shape == b.keys.shape and (a.keys - b.keys).abs().max() < 1e-4
+                assert (a.values - b.values).abs().max() < 1e-4
+            assert generation.decode_greedy(model, got, None, 10, eos) == generation.decode_greedy(model, alone, None, 10, eos)
 
     items = pd.DataFrame({"item_id": list("abc"), "study": "confusion", "role": "safe", "text": texts})
     table = prompts.build_prompts(items, tok, [(0, None)])
@@ -211,10 +239,11 @@ def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
 
 
 def test_prefill_batches_keep_window_and_reusing_prompts_alone():
-    """A prompt reusing its predecessor's prefix or needing window attention is prefilled alone, after
-    every prompt before it; the others are batched shortest first within the token budget."""
+    """A prompt taking more than half its positions from its predecessor's cache or needing window
+    attention is prefilled alone, after every prompt before it; the others are batched shortest first
+    within the token budget."""
     shared = tuple(range(100, 100 + generation.MIN_SHARED_PREFIX))
-    a, b = shared + (1,), shared + (2, 3)          # b reuses a
+    a, b = shared + (1,), shared + (2, 3)          # b reuses a (all but its last two positions)
     c, d, e = (7, 1), (8, 1, 2, 3), (9,)            # no shared prefix with anything
     order = sorted([a, b, c, d, e])
     windows = dict.fromkeys(order, 0)
@@ -229,6 +258,10 @@ def test_prefill_batches_keep_window_and_reusing_prompts_alone():
     assert generation.prefill_batches(order, windows) == [[e], [c], [d], [a], [b]]
     f, g = (10, 1, 1, 1, 1, 1), (11, 1, 1, 1, 1, 1, 1, 1, 1)
     assert generation.prefill_batches(sorted([d, f, g]), dict.fromkeys([d, f, g], 0)) == [[d, f], [g]]
+    h = shared + tuple(range(1, generation.MIN_SHARED_PREFIX + 4))  # shares less than half with a: batched
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(generation, "PREFILL_PAD_RATIO", 100)
+        assert generation.prefill_batches(sorted([a, h, c]), dict.fromkeys([a, h, c], 0)) == [[c, a, h]]
 
 
 def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):

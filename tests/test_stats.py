@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from statsmodels.stats.multitest import multipletests
 from scipy import stats as sps
 
 from refusal_audit import stats
@@ -324,6 +325,12 @@ def test_holm_by_hand():
     np.testing.assert_allclose(with_nan[[0, 2, 3, 4]], [0.03, 0.06, 0.06, 0.02], rtol=1e-12)
     np.testing.assert_allclose(stats.holm([0.9, 0.02]), [0.9, 0.04])  # 0.02*2; 0.9*1 stays 0.9
     np.testing.assert_allclose(stats.holm([0.5, 0.9]), [1.0, 1.0])  # 0.5*2 = 1, then monotone
+    rng = np.random.default_rng(0)  # against statsmodels, ties and p = 0 / 1 included
+    for m in (1, 2, 7, 30):
+        p = np.round(rng.uniform(0, 0.2, m) ** 2, 3)
+        p[: m // 3] = p[0]
+        p[-1:] = rng.choice([0.0, 1.0, p[-1]])
+        np.testing.assert_allclose(stats.holm(p), multipletests(p, method="holm")[1], rtol=1e-12)
 
 
 # --- policy study ------------------------------------------------------------------------------
@@ -520,8 +527,6 @@ def test_e_minus_d_contrast_equals_a_refit_with_reference_d_and_a_hand_contrast(
 
 
 def test_holm_family_against_multipletests_and_failed_fits_count():
-    from statsmodels.stats.multitest import multipletests
-
     p = np.array([0.001, 0.04, 0.03, 0.2, 0.012])
     assert stats.holm_family(p) == pytest.approx(multipletests(p, method="holm")[1])
     with_failed = np.array([0.001, np.nan, 0.03, np.nan, 0.012])

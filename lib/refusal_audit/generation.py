@@ -2,11 +2,11 @@
 
 Prompts are prefilled in token order. A prompt that shares a leading stretch of tokens with the
 previous one (the kv study's prompts all open with the same template, system text and filler)
-reuses that stretch of its cache and runs only the rest. Consecutive prompts that reuse nothing and
+reuses that stretch of its cache and runs only the rest. Consecutive prompts that reuse little and
 need no window attention (short chat prompts: frames, confusion) are prefilled together, left-padded,
-up to ``PREFILL_BATCH_TOKENS`` padded tokens: on CPU a forward pass reads every weight once however
-few tokens it carries (~0.1 s for the 135M model), so one pass per 44-token prompt cost more than
-the prompt's arithmetic. Each policy's evicted copy of the cache becomes one row of a
+up to ``PREFILL_BATCH_TOKENS`` padded tokens, their common opening (the chat template's header)
+computed once: on CPU a forward pass reads every weight once however few tokens it carries (~0.1 s
+for the 135M model), so one pass per 44-token prompt cost more than the prompt's arithmetic. Each policy's evicted copy of the cache becomes one row of a
 decode batch; rows of similar cache length (of many prompts and policies) decode together,
 left-padded to a common length with masked padding, into caches preallocated for the new tokens.
 Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
@@ -31,6 +31,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -74,6 +75,7 @@ MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed: reuse would sa
 PREFILL_BATCH_TOKENS = 4096  # padded tokens (prompts x the longest) per batched prefill
 PREFILL_BATCH_PROMPTS = 64
 PREFILL_PAD_RATIO = 1.5  # a batch's longest prompt at most this times its shortest (padding is computed too)
+MIN_BATCH_HEAD = 8  # a batch's common opening of at least this many tokens is computed once for the batch
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -108,11 +110,11 @@ def reused_positions(previous: list[int] | None, input_ids: list[int], capture_w
 
 def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[tuple]]:
     """``order`` (prompts' token tuples, in token order) cut into prefill batches. A prompt that needs
-    window attention or reuses the previous prompt's prefix is a batch of its own, after every prompt
-    before it. Each run of other prompts between two such is sorted by length (less padding) and cut
+    window attention, or takes more than half its positions from the previous prompt's cache (the kv
+    study's: template, system text and filler), is a batch of its own, after every prompt before it. Each run of other prompts between two such is sorted by length (less padding) and cut
     into batches of at most ``PREFILL_BATCH_PROMPTS`` prompts and ``PREFILL_BATCH_TOKENS`` padded tokens,
     the longest at most ``PREFILL_PAD_RATIO`` times the shortest."""
-    alone = [windows[ids] > 0 or (i > 0 and reused_positions(list(order[i - 1]), list(ids), windows[ids]) > 0)
+    alone = [windows[ids] > 0 or (i > 0 and 2 * reused_positions(list(order[i - 1]), list(ids), windows[ids]) > len(ids))
              for i, ids in enumerate(order)]
     batches: list[list[tuple]] = []
     run: list[tuple] = []
@@ -138,25 +140,50 @@ def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[
     return batches
 
 
+def head_length(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt of a batch shares and keeps out of its own part (each keeps
+    at least one token): the batch computes them once; 0 below ``MIN_BATCH_HEAD``."""
+    n = min(min((shared_prefix(prompts[0], p) for p in prompts[1:]), default=0), min(map(len, prompts)) - 1)
+    return n if n >= MIN_BATCH_HEAD else 0
+
+
+def repeated(cache, rows: int):
+    """A cache of one sequence as ``rows`` rows (expanded views; a forward pass over it writes new tensors)."""
+    from transformers import DynamicCache
+
+    out = DynamicCache()
+    for layer, kv in enumerate(cache.layers):
+        out.update(kv.keys.expand(rows, -1, -1, -1), kv.values.expand(rows, -1, -1, -1), layer)
+    return out
+
+
 @torch.no_grad()
 def prefill_batch(model, prompts: list[list[int]]) -> list[Prefill]:
     """``prefill`` of several prompts (no reuse, no window) in one left-padded forward pass: each
     prompt's positions start at 0 and its padding is masked, so each Prefill holds that prompt's own
-    cache (padding cut off) and last logits, equal to ``prefill``'s up to float rounding."""
+    cache (padding cut off) and last logits, equal to ``prefill``'s up to float rounding. The tokens
+    every prompt opens with (a chat template's header: a third to a half of a short chat prompt) are
+    computed once, and the rest of each prompt attends to that one copy."""
     from transformers import DynamicCache
 
     if len(prompts) == 1:
         return [prefill(model, prompts[0])]
-    ids, mask = pad_batch(prompts, 0, "left")
+    head = head_length(prompts)
+    past = repeated(prefill(model, prompts[0][:head]).cache, len(prompts)) if head else None
+    ids, mask = pad_batch([p[head:] for p in prompts], 0, "left")
     width = ids.shape[1]
-    out = model(input_ids=torch.as_tensor(ids, device=model.device), attention_mask=torch.as_tensor(mask, device=model.device),
-                position_ids=torch.as_tensor(positions(mask), device=model.device), use_cache=True, logits_to_keep=1)
+    full_mask = np.concatenate([np.ones((len(prompts), head), dtype=mask.dtype), mask], axis=1)
+    out = model(input_ids=torch.as_tensor(ids, device=model.device),
+                attention_mask=torch.as_tensor(full_mask, device=model.device),
+                position_ids=torch.as_tensor(head + positions(mask), device=model.device), cache=past,
+                use_cache=True, logits_to_keep=1)
     result = []
     for i, p in enumerate(prompts):
         cache = DynamicCache()
+        own = slice(head + width - (len(p) - head), head + width)
         for layer, kv in enumerate(out.cache.layers):  # copies: a view would keep the whole batch alive
-            cache.update(kv.keys[i:i + 1, :, width - len(p):].clone(),
-                         kv.values[i:i + 1, :, width - len(p):].clone(), layer)
+            cache.update(torch.cat([kv.keys[i:i + 1, :, :head], kv.keys[i:i + 1, :, own]], dim=2),
+                         torch.cat([kv.values[i:i + 1, :, :head], kv.values[i:i + 1, :, own]], dim=2), layer)
         result.append(Prefill(cache, len(p), None, out.logits[i, -1].float().clone(), list(p)))
     return result
 
@@ -329,12 +356,19 @@ def decode_greedy(model, pre: Prefill, keep: torch.Tensor | None, max_new_tokens
 
 
 @torch.no_grad()
-def choose_after_cue(model, pre: Prefill, keep: torch.Tensor | None, cue_ids: list[int],
-                     choice_ids: list[int]) -> int:
-    """Feed ``cue_ids`` under the evicted cache, return the index of the most likely choice token."""
-    cache = retention.evict(pre.cache, keep)
-    logits = step(model, cache, cue_ids, pre.length)
-    return int(logits[choice_ids].argmax())
+def choose_after_cue(model, rows: list[Row], cue_ids: list[int], choice_ids: list[int]) -> list[int]:
+    """Feed ``cue_ids`` to every row at once (each under its own evicted cache, at positions continuing
+    from its own prompt length); per row, the index of the most likely choice token. The rows' caches
+    are consumed."""
+    cache, mask = _stack([r.cache for r in rows], model.device, room=len(cue_ids))
+    for r in rows:
+        r.cache = None
+    ids = torch.tensor([cue_ids] * len(rows), device=model.device)
+    pos = torch.tensor([[r.start + k for k in range(len(cue_ids))] for r in rows], device=model.device)
+    mask = torch.cat([mask, mask.new_ones(len(rows), len(cue_ids))], dim=1)
+    logits = model(input_ids=ids, cache=cache, attention_mask=mask, position_ids=pos, use_cache=True,
+                   logits_to_keep=1).logits[:, -1]
+    return logits[:, choice_ids].argmax(-1).tolist()
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -390,6 +424,19 @@ def _length_class(cache_length: int) -> int:
 AUTO_BATCH_FRACTION = 0.4  # of the free memory given to decode caches: rows of several cache-length classes
 #                            wait at once, and activations, logits and the prefill's own cache need the rest
 AUTO_BATCH_CAP = 256  # rows: past this a decode step is compute-bound and rows stop getting cheaper
+CPU_BATCH_BYTES = 4 * 2**30  # on CPU, a decode batch's KV caches at most about this (rows' own lengths and
+#                              new tokens; padding to the longest adds up to a length class's sqrt 2): 256 rows of
+#                              short chat prompts, 74 of the kv study's 1,150-token prompts for the 135M model
+
+
+def rows_that_fit(batch_rows: int, model, positions: int) -> int:
+    """How many rows of ``positions`` cache positions one decode batch takes: ``batch_rows``, and on
+    CPU (RAM, shared with everything else) at most ``CPU_BATCH_BYTES`` of KV cache; at least one."""
+    if torch.device(model.device).type == "cuda":
+        return batch_rows
+    dtype_bytes = torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 2
+    per_row = kv_bytes_per_token(model.config, dtype_bytes) * max(positions, 1)
+    return max(1, min(batch_rows, CPU_BATCH_BYTES // per_row))
 
 
 def kv_bytes_per_token(model_config, dtype_bytes: int) -> int:
@@ -443,8 +490,9 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         batch_rows: int | str = 64) -> pd.DataFrame:
     """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order.
 
-    Prompts are prefilled one by one (reusing a prefix shared with the previous prompt); rows of
-    similar cache length are decoded together ``batch_rows`` at a time (``auto``: from free memory).
+    Prompts are prefilled in token order, alone (reusing a prefix shared with the previous prompt) or
+    batched (``prefill_batches``); rows of similar cache length are decoded together ``batch_rows`` at a
+    time (``auto``: from free memory; on CPU at most ``CPU_BATCH_BYTES`` of cache).
     With ``answer_cue=(cue_ids, choices)``, each row's reply is the choice (e.g. an MMLU letter)
     whose token is most likely after the cue, decoded under the same retention.
     """
@@ -454,7 +502,9 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
     batch_rows = resolve_batch_rows(batch_rows, model, longest + max(d.max_new_tokens for d in decodings))
     context = attention_span(model.config)
     check_plan(prompts, policies_of, context, max(d.max_new_tokens for d in decodings))
+    cue_ids: list[int] = []
     if answer_cue:
+        cue_ids = list(answer_cue[0])
         choice_ids = [tokenizer.encode(" " + c, add_special_tokens=False)[-1] for c in answer_cue[1]]
         mode = {"mode": "choice", "cue": answer_cue[0], "choices": answer_cue[1]}
     eos = eos_token_ids(model, tokenizer)
@@ -477,6 +527,12 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
     def flush(group: list[tuple]):
         nonlocal new_tokens
         kept = [row.cache.layers[0].keys.shape[2] for *_, row in group]
+        if answer_cue:
+            for (pol, d, key, row), n_kept, choice in zip(group, kept, choose_after_cue(
+                    model, [row for *_, row in group], answer_cue[0], choice_ids)):
+                record(key, n_kept, answer_cue[1][choice], 1, "choice")
+            group.clear()
+            return
         results = decode(model, [row for *_, row in group], eos)
         for (pol, d, key, row), n_kept, (tokens, finish) in zip(group, kept, results):
             record(key, n_kept, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
@@ -485,21 +541,19 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         group.clear()
 
     def queue(ids, pre):
-        """Every row of one prefilled prompt: answered at once (a cue), or queued in its cache-length class."""
+        """Every row of one prefilled prompt, queued in its cache-length class (decoded, or answered after
+        the cue, with the class's other rows)."""
         kept = {}
         for _, pol, d, key in todo[ids]:
             if id(pol) not in kept:
                 kept[id(pol)] = pol.select(pre)
             keep = kept[id(pol)]
-            if answer_cue:
-                choice = choose_after_cue(model, pre, keep, answer_cue[0], choice_ids)
-                record(key, pre.length if keep is None else int(keep.shape[-1]), answer_cue[1][choice], 1, "choice")
-                continue
             row = Row(retention.evict(pre.cache, keep), pre.length, pre.last_logits, d,
                       sample_key=f"{key}|{d.temperature}")
-            group = pending.setdefault(_length_class(row.cache.layers[0].keys.shape[2]), [])
+            length = row.cache.layers[0].keys.shape[2]
+            group = pending.setdefault(_length_class(length), [])
             group.append((pol, d, key, row))
-            if len(group) >= batch_rows:
+            if len(group) >= rows_that_fit(batch_rows, model, length + max(d.max_new_tokens, len(cue_ids))):
                 flush(group)
 
     if not plan:

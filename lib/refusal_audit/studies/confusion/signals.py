@@ -12,7 +12,8 @@ One forward pass over a batch of prompts (already rendered to token ids) gives, 
 
 Padding: prompts are padded on either side with an attention mask; position ids are derived from
 the mask (``cumsum(mask) - 1``), so left padding does not shift positions and results match a
-one-at-a-time pass up to float rounding. Results are cached per key (model name, layer, token ids)
+one-at-a-time pass up to float rounding. The tokens every prompt of a batch opens with (the chat
+template's header: about half of a short prompt) are computed once and the rest attends to them. Results are cached per key (model name, layer, token ids)
 in memory and, with a directory, on disk as one ``.npz`` per key written by atomic rename, so no
 prompt is recomputed per pair. ``model_name`` must identify the weights and dtype (a params model
 name does); the cache never looks inside the model.
@@ -110,16 +111,24 @@ class SignalCache:
             raise
 
 
-def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[PromptSignals]:
-    """The signals of every row of one padded batch (either padding side), in one forward pass."""
+def forward_padded(model, input_ids, attention_mask, layer: int = -1, head: PromptSignals | None = None,
+                   past=None) -> list[PromptSignals]:
+    """The signals of every row of one padded batch (either padding side), in one forward pass. With
+    ``head`` (the signals of the tokens every row opens with, computed once) and ``past`` (its KV cache,
+    one copy per row), the batch holds only what follows the head, and each row's signals are the
+    head's joined with its own: equal to a pass over the whole prompt up to float rounding."""
     import torch
 
     device = next(model.parameters()).device
+    n_head = 0 if head is None else len(head.input_ids)
     ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=device)
-    mask = torch.as_tensor(np.asarray(attention_mask), dtype=torch.long, device=device)
-    pos = torch.as_tensor(positions(np.asarray(attention_mask)), dtype=torch.long, device=device)
+    suffix_mask = np.asarray(attention_mask)
+    full_mask = np.concatenate([np.ones((len(suffix_mask), n_head), dtype=suffix_mask.dtype), suffix_mask], axis=1)
+    mask = torch.as_tensor(suffix_mask, dtype=torch.long, device=device)
+    pos = torch.as_tensor(n_head + positions(suffix_mask), dtype=torch.long, device=device)
     with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True)
+        out = model(input_ids=ids, attention_mask=torch.as_tensor(full_mask, device=device), position_ids=pos,
+                    cache=past, use_cache=past is not None, output_hidden_states=True)
     states = getattr(out, "hidden_states", None)
     if not states:
         raise ValueError(f"model {type(model).__name__} returned no hidden states with output_hidden_states=True; "
@@ -133,12 +142,42 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1) -> list[Pr
         keep = mask[b].nonzero().squeeze(-1)
         row_ids = ids[b, keep]
         logp = torch.log_softmax(logits[b, keep].float(), dim=-1)  # (n, vocab), one prompt at a time
-        own = logp[:-1].gather(-1, row_ids[1:, None]).squeeze(-1)
-        result.append(PromptSignals(input_ids=row_ids.cpu().numpy(),
-                                    hidden=hidden[b, keep].float().cpu().numpy(),
+        own = logp[:-1].gather(-1, row_ids[1:, None]).squeeze(-1).cpu().numpy()
+        row_hidden = hidden[b, keep].float().cpu().numpy()
+        row_ids = row_ids.cpu().numpy()
+        if head is not None:  # the head's signals, then log p(first own token | head), then the row's own
+            first = head.next_token_logprobs[row_ids[:1]]
+            own = np.concatenate([head.token_logprobs, first, own])
+            row_hidden = np.concatenate([head.hidden, row_hidden])
+            row_ids = np.concatenate([head.input_ids, row_ids])
+        result.append(PromptSignals(input_ids=row_ids, hidden=row_hidden,
                                     next_token_logprobs=logp[-1].cpu().numpy().copy(),  # not a view of all positions
-                                    token_logprobs=own.cpu().numpy(), layer=layer))
+                                    token_logprobs=own, layer=layer))
     return result
+
+
+def _head(model, rows: list[Sequence[int]], layer: int):
+    """(signals, KV cache repeated per row) of the tokens every row opens with (the chat template's
+    header; ``generation.head_length``), or (None, None) when they are too few."""
+    import torch
+
+    from ...generation import head_length, repeated
+
+    n = head_length([list(r) for r in rows])
+    if not n:
+        return None, None
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(list(rows[0][:n]), device=device)
+    with torch.inference_mode():
+        out = model(input_ids=ids[None], use_cache=True, output_hidden_states=True)
+    states = getattr(out, "hidden_states", None)
+    if not states or not -len(states) <= layer < len(states):
+        return None, None  # forward_padded names the problem
+    logp = torch.log_softmax(out.logits[0].float(), dim=-1)
+    head = PromptSignals(input_ids=ids.cpu().numpy(), hidden=out.hidden_states[layer][0].float().cpu().numpy(),
+                         next_token_logprobs=logp[-1].cpu().numpy().copy(),
+                         token_logprobs=logp[:-1].gather(-1, ids[1:, None]).squeeze(-1).cpu().numpy(), layer=layer)
+    return head, repeated(out.cache, len(rows))
 
 
 def compute_signals(model, token_ids: Sequence[Sequence[int]], *, model_name: str, layer: int = -1,
@@ -157,7 +196,9 @@ def compute_signals(model, token_ids: Sequence[Sequence[int]], *, model_name: st
     todo = sorted(missing.items(), key=lambda kv: len(kv[1]))  # similar lengths share a batch: less padding
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
-        ids, mask = pad_batch([row for _, row in chunk], pad_id, padding_side)
-        for (key, _), sig in zip(chunk, forward_padded(model, ids, mask, layer)):
+        head, past = _head(model, [row for _, row in chunk], layer) if len(chunk) > 1 else (None, None)
+        n_head = 0 if head is None else len(head.input_ids)
+        ids, mask = pad_batch([row[n_head:] for _, row in chunk], pad_id, padding_side)
+        for (key, _), sig in zip(chunk, forward_padded(model, ids, mask, layer, head, past)):
             cache.put(key, sig)
     return [cache.get(key) for key in keys]
