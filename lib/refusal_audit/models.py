@@ -161,8 +161,11 @@ def readable(where: Resolved) -> Resolved:
     folder = converted_folder(where)
     if (folder / "config.json").is_file():
         return Resolved(str(folder), None)
+    import functools
     import tempfile
+    from unittest import mock
 
+    import gguf
     from filelock import FileLock  # a dependency of huggingface_hub
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -173,7 +176,10 @@ def readable(where: Resolved) -> Resolved:
             return Resolved(str(folder), None)
         tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".converting-")
         try:
-            with _quiet_loading():
+            # transformers' loader builds gguf's tensor-name map afresh for every submodule (397 times, 13 of
+            # the 31 s a load of the embedded model takes); the map is a pure function of (arch, layers)
+            memo = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
+            with _quiet_loading(), mock.patch.object(gguf, "get_tensor_name_map", memo):
                 model = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file,
                                                              dtype=torch.float32, trust_remote_code=False)
                 model.hf_quantizer = None  # the tensors are plain fp32 already; only this marker of the GGUF
