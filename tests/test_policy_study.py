@@ -379,6 +379,43 @@ def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_fa
     assert bool(t.loc["b3", "designated_take_top_k"]) and t.loc["b2", "toward_a"] == "greater"
 
 
+def test_the_confirmatory_rank_test_takes_each_arm_at_its_operating_point():
+    """Arms trained last on A flag more everywhere (P(unsafe) shifted up by 0.15): at 0.5 they take the
+    top ranks on a benchmark where A and B agree as well as on one where they differ; at each arm's
+    operating point (the share of the undisputed validation rows their labels call unsafe) the shift
+    buys nothing where the policies agree, and the disputed benchmark still separates them."""
+    arms, designated = ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"]
+    shift = {"A1": 0.15, "A2": 0.16, "B1": 0.0, "B2": 0.01, "B3": 0.02}
+    grid = np.linspace(0.0, 1.0, 20)
+    items = pd.concat([
+        pd.DataFrame({"role": "validation", "benchmark": "val", "unsafe_a": grid >= 0.5, "disputed_binary": False,
+                      "base": 0.2 + 0.6 * grid}),                      # 10 unsafe, 10 safe: both policies agree
+        pd.DataFrame({"role": "benchmark", "benchmark": "agree", "unsafe_a": True, "disputed_binary": False,
+                      "base": 0.3 + 0.3 * grid}),                      # capability-loaded
+        pd.DataFrame({"role": "benchmark", "benchmark": "differ", "unsafe_a": True, "disputed_binary": True,
+                      "base": 0.3 + 0.3 * grid}),                      # policy-loaded: A-last arms learned it
+        pd.DataFrame({"role": "validation", "benchmark": "val", "unsafe_a": True, "disputed_binary": True,
+                      "base": [0.99]})], ignore_index=True)            # disputed: no part of the operating point
+    items["item_id"], items["clean"] = [f"i{k}" for k in range(len(items))], True
+    gens = pd.DataFrame([{"model": a, "seed": 0, "item_id": r.item_id,
+                          "p_unsafe": r.base + shift[a] + (0.3 if r.benchmark == "differ" and a in designated else 0.0)}
+                         for a in arms for r in items.itertuples()])
+    points = analysis.operating_points(gens, items, arms, 0).set_index("model")
+    assert points.loc["A1", "threshold"] - points.loc["B1", "threshold"] == pytest.approx(0.15)
+    assert (points["flagged_share"] == 0.5).all() and (points["n_validation"] == 20).all()
+    cond = analysis.conditioned_scores(gens, items, points.reset_index(), 0)
+    agree = cond[cond["benchmark"] == "agree"].set_index("model")["rate"]
+    assert agree.nunique() == 1  # the shift is gone where the policies agree
+    at_half = cond.assign(rate=[float((gens[(gens["model"] == m)].merge(items[items["benchmark"] == b], on="item_id")
+                                       ["p_unsafe"] >= 0.5).mean()) for m, b in zip(cond["model"], cond["benchmark"])])
+    naive = analysis.rank_tests(at_half, arms, designated, 0).set_index("benchmark")
+    conditioned = analysis.rank_tests(cond, arms, designated, 0).set_index("benchmark")
+    assert naive["designated_take_top_k"].all()  # at 0.5: on top on both benchmarks
+    assert bool(conditioned.loc["differ", "designated_take_top_k"]) and not conditioned.loc["agree", "designated_take_top_k"]
+    assert conditioned.loc["differ", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2))
+    assert conditioned.loc["agree", "p_toward_a"] > 0.5
+
+
 def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():
     """kd_loss with row weights = the weighted mean of each row's tau^2 KL (by hand with scipy's
     entropy); unit weights = the plain mean."""

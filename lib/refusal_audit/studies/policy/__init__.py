@@ -550,8 +550,13 @@ def summary(p, stage: str, table) -> list:
                   "phi = the largest) beside the label-supervision range Delta_b (across the arms) and "
                   "Delta_b / Phi_b:"),
                  sens.round(3),
-                 "Exchangeability rank test of the arms whose last supervision signal is policy A:",
+                 ("Exchangeability rank test of the arms whose last supervision signal is policy A, each arm at its "
+                  "operating point (flagging the share of the undisputed validation rows their labels call unsafe; "
+                  "the confirmatory test):"),
                  rank.round(5),
+                 "The same test at P(unsafe) >= 0.5 (descriptive: an arm that flags more everywhere ranks high "
+                 "everywhere):",
+                 table["rank_test_at_half"].round(5),
                  "Validation accuracy against policy agreement and capability (Spearman across the arms):",
                  table["validation"].round(3), table["spearman"].round(3),
                  "Known answer: on the disputed clean rows, the share of each arm's outputs in A's and in B's class:",
@@ -670,7 +675,8 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
         for group, g in r.groupby("group", sort=True):
             sig = g[g["p_toward_a_holm"] < alpha]
             top = g[g["designated_take_top_k"].astype(str) == "True"]
-            out.append(f"Rank test ({group}, {len(g)} benchmarks): the arms whose last signal is A take the top "
+            out.append(f"Rank test at each arm's operating point ({group}, {len(g)} benchmarks): the arms whose "
+                       f"last signal is A take the top "
                        f"ranks on {len(top)} ({', '.join(top['benchmark']) or 'none'}); Holm-adjusted one-sided "
                        f"p < {alpha} on {len(sig)} ({', '.join(sig['benchmark']) or 'none'}); family = the "
                        f"one-sided test on all {len(rank)} benchmarks.")

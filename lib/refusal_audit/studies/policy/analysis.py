@@ -141,6 +141,34 @@ def toward_a(refs: pd.DataFrame) -> dict[str, str]:
     return {bench: ("less" if a[bench] < b[bench] else "greater") for bench in wide.index}
 
 
+def operating_points(generations: pd.DataFrame, items: pd.DataFrame, arm_names: list[str], seed: int) -> pd.DataFrame:
+    """Per arm (run seed): the P(unsafe) threshold at which it flags the same share of the undisputed
+    validation rows (A's and B's binary labels agree) as those rows' labels do. An arm that flags more
+    everywhere (a stricter prior, or more capacity) then ranks with the others wherever the policies
+    agree, and only where they differ can its last supervision signal show."""
+    val = items[(items["role"] == "validation") & ~items["disputed_binary"].astype(bool)]
+    if val.empty:
+        raise ValueError("policy operating points: no undisputed validation rows (policy.split.validation is 0?)")
+    share = float(val["unsafe_a"].astype(bool).mean())
+    g = generations[(generations["seed"] == seed) & generations["model"].isin(arm_names)
+                    & generations["item_id"].isin(set(val["item_id"]))]
+    t = g.groupby("model")["p_unsafe"].quantile(1 - share).rename("threshold").reset_index()
+    t["flagged_share"] = share
+    t["n_validation"] = len(val)
+    return t
+
+
+def conditioned_scores(generations: pd.DataFrame, items: pd.DataFrame, points: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Per arm and benchmark (clean rows, run seed): the share flagged at the arm's operating point
+    (``operating_points``), in the columns ``rank_tests`` reads."""
+    clean = items[(items["role"] == "benchmark") & items["clean"].astype(bool)][["item_id", "benchmark"]]
+    g = generations[(generations["seed"] == seed) & generations["model"].isin(points["model"])]
+    g = g.merge(clean, on="item_id")
+    g["flag"] = g["p_unsafe"] >= g["model"].map(points.set_index("model")["threshold"])
+    out = g.groupby(["model", "benchmark"])["flag"].mean().rename("rate").reset_index()
+    return out.assign(seed=seed, subset="clean")
+
+
 def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list[str], seed: int,
                toward: dict[str, str] | None = None) -> pd.DataFrame:
     """Per benchmark: the exchangeability rank test of the arms whose last supervision is policy A
@@ -361,6 +389,8 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     designated = [a.name for a in ranked if last_signal(a) == "a"]
     score_table = scores(m, alpha)
     refs = references(items)
+    rank_names = [a.name for a in ranked]
+    points = operating_points(generations, items, rank_names, p_seed)
     sens = sensitivity(score_table, arm_names, list(s.seed_recipes), p_seed, items, s.policy_loaded)
     val = validation(m, sens, arm_names, p_seed)
     sweep = convention_sweep(m, p_seed)
@@ -372,7 +402,11 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "scores": score_table,
         "arms_by_benchmarks": arms_by_benchmarks(score_table, refs, p_seed, arm_names),
         "sensitivity": sens,
-        "rank_test": rank_tests(score_table, [a.name for a in ranked], designated, p_seed, toward_a(refs)),
+        # confirmatory: each arm at its operating point on the undisputed rows; at 0.5: descriptive
+        "rank_test": rank_tests(conditioned_scores(generations, items, points, p_seed), rank_names, designated,
+                                p_seed, toward_a(refs)),
+        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, toward_a(refs)),
+        "operating_points": points,
         "validation": val,
         "spearman": spearman_table(val),
         "disputed": disputed(m, p_seed),
