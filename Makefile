@@ -36,10 +36,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # make test: the six notebooks run the ci params in order (a fresh results/ci), then the tests of a finished
-# run read that run (not a second one); beside them every other unit test (pytest-xdist, one worker per
-# core, each test file on one worker); every process on one thread. make test-unit: every unit test alone
+# run read that run (not a second one); beside them every other unit test (pytest-xdist, each test file on
+# one worker; three workers, so that the two cores stay busy while one worker finishes a long file: with
+# two, make test ran at 146 % CPU); every process on one thread. make test-unit: every unit test alone
 # (the tests make their own ci run).
 TEST_WORKERS ?= 2
+REST_WORKERS ?= 3
 test: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit-rest test-notebooks-then-run
 
@@ -47,7 +49,7 @@ test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 test-unit-rest: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" --durations=15 tests
+	$(PY) -m pytest -n $(REST_WORKERS) --dist loadfile -m "not ci_run" --durations=15 tests
 
 test-notebooks: $(VENV)/.installed clean-ci
 	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
