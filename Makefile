@@ -36,12 +36,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # make test: the six notebooks run the ci params in order (a fresh results/ci), then the tests of a finished
-# run read that run (not a second one), then the executor's tests (Ray: mostly waiting on workers; in this
-# chain, which is ~200 s shorter than the other); beside them every other unit test (pytest-xdist, one worker
-# per core, each test file on one worker); every process on one thread. make test-unit: every unit test
-# alone (the tests make their own ci run).
+# run read that run (not a second one); beside them every other unit test (pytest-xdist, one worker per
+# core, each test file on one worker); every process on one thread. make test-unit: every unit test alone
+# (the tests make their own ci run).
 TEST_WORKERS ?= 2
-CHAINED := tests/test_executor.py
 test: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit-rest test-notebooks-then-run
 
@@ -49,14 +47,13 @@ test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 test-unit-rest: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" --durations=15 --ignore=$(CHAINED) tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not ci_run" --durations=15 tests
 
 test-notebooks: $(VENV)/.installed clean-ci
 	REFUSAL_AUDIT_PARAMS=params/ci.yaml $(PY) -m pytest --nbval-lax -p no:cacheprovider notebooks
 
 test-notebooks-then-run: test-notebooks
 	REFUSAL_AUDIT_CI_RUN=results/ci $(PY) -m pytest -p no:cacheprovider -m ci_run tests
-	$(PY) -m pytest -p no:cacheprovider -m "not ci_run" --durations=5 $(CHAINED)
 
 clean-ci:
 	rm -rf results/ci
