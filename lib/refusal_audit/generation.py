@@ -6,9 +6,10 @@ reuses that stretch of its cache and runs only the rest. Consecutive prompts tha
 need no window attention (short chat prompts: frames, confusion) are prefilled together, left-padded,
 up to ``PREFILL_BATCH_TOKENS`` padded tokens, their common opening (the chat template's header)
 computed once: on CPU a forward pass reads every weight once however few tokens it carries (~0.1 s
-for the 135M model), so one pass per 44-token prompt cost more than the prompt's arithmetic. Each policy's evicted copy of the cache becomes one row of a
-decode batch; rows of similar cache length (of many prompts and policies) decode together,
-left-padded to a common length with masked padding, into caches preallocated for the new tokens.
+for the 135M model), so one pass per 44-token prompt cost more than the prompt's arithmetic. Each
+policy's evicted copy of the cache becomes one row of a decode batch; rows of similar cache length
+(of many prompts and policies) decode together, left-padded to a common length with masked padding,
+into caches preallocated for the new tokens.
 Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
 the shortened or padded cache (transformers 5 would otherwise place them at the cache length,
 shifting every rotary position after eviction). A row stops at EOS or ``max_new_tokens``.
@@ -111,10 +112,12 @@ def reused_positions(previous: list[int] | None, input_ids: list[int], capture_w
 def prefill_batches(order: list[tuple], windows: dict[tuple, int]) -> list[list[tuple]]:
     """``order`` (prompts' token tuples, in token order) cut into prefill batches. A prompt that needs
     window attention, or takes more than half its positions from the previous prompt's cache (the kv
-    study's: template, system text and filler), is a batch of its own, after every prompt before it. Each run of other prompts between two such is sorted by length (less padding) and cut
+    study's: template, system text and filler), is a batch of its own, after every prompt before it.
+    Each run of other prompts between two such is sorted by length (less padding) and cut
     into batches of at most ``PREFILL_BATCH_PROMPTS`` prompts and ``PREFILL_BATCH_TOKENS`` padded tokens,
     the longest at most ``PREFILL_PAD_RATIO`` times the shortest."""
-    alone = [windows[ids] > 0 or (i > 0 and 2 * reused_positions(list(order[i - 1]), list(ids), windows[ids]) > len(ids))
+    alone = [windows[ids] > 0
+             or (i > 0 and 2 * reused_positions(list(order[i - 1]), list(ids), windows[ids]) > len(ids))
              for i, ids in enumerate(order)]
     batches: list[list[tuple]] = []
     run: list[tuple] = []
@@ -434,13 +437,13 @@ CPU_BATCH_BYTES = 4 * 2**30  # on CPU, a decode batch's KV caches at most about 
 #                              short chat prompts, 74 of the kv study's 1,150-token prompts for the 135M model
 
 
-def rows_that_fit(batch_rows: int, model, positions: int) -> int:
-    """How many rows of ``positions`` cache positions one decode batch takes: ``batch_rows``, and on
+def rows_that_fit(batch_rows: int, model, cache_positions: int) -> int:
+    """How many rows of ``cache_positions`` positions one decode batch takes: ``batch_rows``, and on
     CPU (RAM, shared with everything else) at most ``CPU_BATCH_BYTES`` of KV cache; at least one."""
     if torch.device(model.device).type == "cuda":
         return batch_rows
     dtype_bytes = torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 2
-    per_row = kv_bytes_per_token(model.config, dtype_bytes) * max(positions, 1)
+    per_row = kv_bytes_per_token(model.config, dtype_bytes) * max(cache_positions, 1)
     return max(1, min(batch_rows, CPU_BATCH_BYTES // per_row))
 
 
