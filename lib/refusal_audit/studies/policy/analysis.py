@@ -391,6 +391,7 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     refs = references(items)
     rank_names = [a.name for a in ranked]
     points = operating_points(generations, items, rank_names, p_seed)
+    side = toward_a(refs)
     sens = sensitivity(score_table, arm_names, list(s.seed_recipes), p_seed, items, s.policy_loaded)
     val = validation(m, sens, arm_names, p_seed)
     sweep = convention_sweep(m, p_seed)
@@ -404,8 +405,8 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "sensitivity": sens,
         # confirmatory: each arm at its operating point on the undisputed rows; at 0.5: descriptive
         "rank_test": rank_tests(conditioned_scores(generations, items, points, p_seed), rank_names, designated,
-                                p_seed, toward_a(refs)),
-        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, toward_a(refs)),
+                                p_seed, side),
+        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, side),
         "operating_points": points,
         "validation": val,
         "spearman": spearman_table(val),
