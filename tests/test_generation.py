@@ -74,6 +74,34 @@ def test_prompts_with_the_same_tokens_are_each_reported_as_themselves(embedded, 
     assert len(list(store.folder.glob("*.parquet"))) == 2  # generated once, reported twice
 
 
+def test_other_weights_under_the_same_params_name_are_generated_anew(embedded, table, tmp_path, monkeypatch):
+    """A rebuilt adapter (or another dtype) keeps its params name: its rows must not be read from the old shards."""
+    from refusal_audit import models
+    from refusal_audit.config import ModelSpec
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"first build")
+    found = models.Resolved("/cache/models--org--m/snapshots/abc123", None)
+    spec = ModelSpec("org/m", adapter=str(adapter))
+    first = models.weights_id(spec, found)
+    assert first == models.weights_id(ModelSpec("org/m", adapter=str(adapter), testbed=True), found)
+    (adapter / "adapter_model.safetensors").write_bytes(b"second build")
+    rebuilt = models.weights_id(spec, found)
+    assert len({first, rebuilt, models.weights_id(ModelSpec("org/m", dtype="bfloat16", adapter=str(adapter)), found),
+                models.weights_id(spec, models.Resolved("/cache/models--org--m/snapshots/def456", None))}) == 4
+
+    model, tok = embedded
+    assert model.weights_id  # set by models.load
+    store = ShardStore(tmp_path / "shards")
+    one = [generation.Decoding(max_new_tokens=2)]
+    generation.run(model, tok, "m", table, lambda row: [retention.make("full")], store, one)
+    assert len(list(store.folder.glob("*.parquet"))) == 2
+    monkeypatch.setattr(model, "weights_id", rebuilt)
+    generation.run(model, tok, "m", table, lambda row: [retention.make("full")], store, one)
+    assert len(list(store.folder.glob("*.parquet"))) == 4
+
+
 def test_impossible_plans_stop_before_any_work(embedded, table, tmp_path):
     model, tok = embedded
     store = ShardStore(tmp_path)

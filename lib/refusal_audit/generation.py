@@ -384,10 +384,11 @@ def eos_token_ids(model, tokenizer) -> set[int]:
     return ids | {tokenizer.eos_token_id}
 
 
-def row_key(model_name: str, prompt: pd.Series, policy: RetentionPolicy, decoding: dict) -> str:
-    """The shard key: what determines the generated tokens (model, prompt tokens, policy, decoding)."""
-    return shard_key(model=model_name, input_ids=list(map(int, prompt["input_ids"])), policy=policy.name,
-                     policy_params=vars(policy), decoding=decoding)
+def row_key(model_name: str, prompt: pd.Series, policy: RetentionPolicy, decoding: dict, weights: str = "") -> str:
+    """The shard key: what determines the generated tokens (model and its weights, prompt tokens, policy,
+    decoding). ``weights``: ``models.weights_id`` of a loaded model ("" for a model built in memory)."""
+    return shard_key(model=model_name, weights=weights, input_ids=list(map(int, prompt["input_ids"])),
+                     policy=policy.name, policy_params=vars(policy), decoding=decoding)
 
 
 def generation_id(key: str, prompt: pd.Series) -> str:
@@ -516,7 +517,8 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         choice_ids = [tokenizer.encode(" " + c, add_special_tokens=False)[-1] for c in answer_cue[1]]
         mode = {"mode": "choice", "cue": answer_cue[0], "choices": answer_cue[1]}
     eos = eos_token_ids(model, tokenizer)
-    plan = [(p, pol, d, row_key(model_name, p, pol, mode if answer_cue else _decoding_key(d)))
+    weights = getattr(model, "weights_id", "")
+    plan = [(p, pol, d, row_key(model_name, p, pol, mode if answer_cue else _decoding_key(d), weights))
             for _, p in prompts.iterrows() for pol in policies_of(p) for d in decodings]
     todo: dict[str, list] = {}  # prompt tokens -> jobs; a shard key is generated once however many rows share it
     seen: set[str] = set()

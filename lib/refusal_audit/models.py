@@ -283,7 +283,8 @@ def load(spec: ModelSpec, device: str | None = None):
 
     device = device or default_device()
     check_runnable(spec, device)
-    where = readable(resolve(spec.source))
+    found = resolve(spec.source)
+    where = readable(found)
     kwargs: dict = {"dtype": DTYPES[spec.dtype], "trust_remote_code": False}
     if spec.quantization == "bnb-4bit":
         from transformers import BitsAndBytesConfig
@@ -304,7 +305,23 @@ def load(spec: ModelSpec, device: str | None = None):
     if spec.quantization == "none":
         model = model.to(device)
     model.eval()
+    model.weights_id = weights_id(spec, found)
     return model, load_tokenizer(spec)
+
+
+def weights_id(spec: ModelSpec, found: Resolved) -> str:
+    """What makes this model's tokens: its source (with the snapshot folder a hub id resolved to), dtype and
+    quantization, and the content (sha256) of its adapter's files. Part of every shard key
+    (``generation.row_key``), so that a rebuilt adapter or another dtype under the same params name is
+    generated anew, never read from old shards."""
+    import hashlib
+
+    snapshot = Path(found.directory).name
+    h = hashlib.sha256(f"{spec.source}|{snapshot}|{found.gguf_file}|{spec.dtype}|{spec.quantization}".encode())
+    if spec.adapter:
+        for f in sorted(p for p in (ROOT / spec.adapter).iterdir() if p.is_file()):
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 class Pool:
