@@ -102,12 +102,37 @@ def test_bad_items_are_one_clear_error(change, message):
 
 
 def test_shipped_items_pass_and_are_sampled_per_stratum(registered):
-    p = params({"models": ["smollm2-135m"], "data": {"per_stratum": 3}})
+    p = params({"models": ["smollm2-135m"], "data": {"per_stratum": 3, "tier_balance": False}})
     it = F.items(p)
     assert it.groupby("stratum").size().to_dict() == {s: 3 for s in F.STRATA}
     assert (it["study"] == "frames").all() and it["item_id"].is_unique
+    # with the tier balance, the candidates the calibration pass tiers: tier_pool per stratum, or all of them
+    pooled = F.items(params({"models": ["smollm2-135m"], "data": {"per_stratum": 3, "tier_pool": 5}}))
+    assert pooled.groupby("stratum").size().to_dict() == {s: 5 for s in F.STRATA}
+    assert set(it["item_id"]) != set(pooled["item_id"]) or len(pooled) > len(it)
+    everything = F.items(params({"models": ["smollm2-135m"], "data": {"per_stratum": 3}}))
+    assert everything.groupby("stratum").size().to_dict() == {s: 24 for s in F.STRATA}  # data/frames/items.csv
+    with pytest.raises(config.ParamsError, match="frames.data.tier_pool.*at least frames.data.per_stratum"):
+        params({"models": ["smollm2-135m"], "data": {"per_stratum": 3, "tier_pool": 2}})
     with pytest.raises(config.ParamsError, match="per_stratum: 30 items asked for stratum"):
         F.items(params({"models": ["smollm2-135m"], "data": {"per_stratum": 30}}))
+
+
+def test_the_draw_spreads_each_stratum_over_the_three_tiers():
+    """Known answers: one tier at a time (easy, medium, hard, ...), a tier that runs out leaves its turns to
+    the others, untiered items are never drawn, a stratum with too few candidates gives all it has."""
+    tiers = pd.DataFrame({"item_id": [f"e{i}" for i in range(5)] + ["m0"] + ["h0", "h1"] + ["x0", "x1", "x2", "n0"],
+                          "stratum": ["s1"] * 8 + ["s2"] * 4,
+                          "tier": ["easy"] * 5 + ["medium"] + ["hard"] * 2 + ["easy", "hard", "hard", "none"]})
+    drawn = F.balanced_draw(tiers, 6, seed=0)
+    s1 = tiers[tiers["item_id"].isin(drawn) & (tiers["stratum"] == "s1")]["tier"].value_counts().to_dict()
+    assert s1 == {"easy": 3, "medium": 1, "hard": 2}
+    assert {"x0", "x1", "x2"} <= drawn and "n0" not in drawn
+    three = F.balanced_draw(tiers, 3, seed=0)
+    assert tiers[tiers["item_id"].isin(three) & (tiers["stratum"] == "s1")]["tier"].value_counts().to_dict() == {
+        "easy": 1, "medium": 1, "hard": 1}
+    assert F.balanced_draw(tiers, 3, seed=0) == three  # seeded
+    assert len({frozenset(F.balanced_draw(tiers, 3, seed=k)) for k in range(8)}) > 1
 
 
 def test_tiers_by_thirds_and_an_uncomputable_tier():
@@ -181,8 +206,9 @@ def three_models(**frames):
 def planted3(n_items=30, effect=0.4, seed=0):
     """m1 (planted E effect), m0 (reference, none), b0 (m0's base, none), one stratum split in two."""
     d = pd.concat([planted(n_items, effect, seed), planted(n_items, 0.0, seed + 1).query("model == 'm0'").assign(model="b0")])
-    return d.assign(stratum=np.where(d["item_id"].str[1:].astype(int) % 2 == 0, "benign", "explicit_harmful"),
-                    cluster=d["item_id"], judge="outcome")
+    d = d.assign(stratum=np.where(d["item_id"].str[1:].astype(int) % 2 == 0, "benign", "explicit_harmful"),
+                 cluster=d["item_id"], judge="outcome")
+    return d.assign(harmful_request=d["stratum"] == "explicit_harmful")
 
 
 def test_contrasts_find_a_planted_effect():
@@ -229,6 +255,29 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     sentences = analysis.verdicts(t, 0.05)
     assert len(sentences) == 44 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
     assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
+
+
+def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
+    """m1 refuses every reply under E (the logit separates): its contrasts come from the same model with an
+    identity link, marked in ``scale``, equal to the hand-built OLS contrast with the cluster sandwich's SE;
+    m0's fit stays on the log-odds scale."""
+    import statsmodels.api as sm
+
+    d = planted3()
+    d.loc[(d["model"] == "m1") & (d["frame"] == "E"), "y"] = 1.0
+    t = analysis.confirmatory(three_models(cov_type="liang_zeger"), d, {"outcome": "outcome"})["confirmatory"]
+    r = t[(t["outcome"] == "refusal") & (t["subset"] == "all")].set_index(["model", "contrast"])
+    assert r.loc[("m1", "E-N"), "scale"] == analysis.RISK_DIFFERENCE and r.loc[("m1", "E-N"), "status"] == "ok"
+    assert r.loc[("m0", "E-N"), "scale"] == analysis.LOG_ODDS
+    g = d[(d["model"] == "m1")].copy()
+    g["c"] = g["familiarity"] - g.groupby("item_id")["familiarity"].first().mean()
+    x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
+                      "B": (g["paraphrase"] == "B") * 1.0, "c": g["c"]})
+    x["Dc"], x["Ec"] = x["D"] * x["c"], x["E"] * x["c"]
+    ols = sm.OLS(g["y"].to_numpy(), x.to_numpy()).fit(
+        cov_type="cluster", cov_kwds={"groups": pd.factorize(g["item_id"])[0], "use_correction": False})
+    assert r.loc[("m1", "E-N"), "estimate"] == pytest.approx(ols.params[2], abs=1e-9)
+    assert r.loc[("m1", "E-N"), "se"] == pytest.approx(np.sqrt(ols.cov_params()[2, 2]), rel=1e-6)
 
 
 def test_the_gee_reference_frame_does_not_change_the_contrasts():

@@ -19,7 +19,7 @@ def small_params():
         "kv": {"model": "a", "data": {"n_harmful": 10, "n_official": 0, "mmlu_per_subject": 2},
                "filler_tokens": 1024, "filler_ablation": [0, 1024], "sink": 4, "sink_ablation": [4, 64],
                "system_prompt_ablation": True, "max_new_tokens": 8, "mmlu_filler_tokens": 1024},
-        "frames": {"models": ["a", "b"], "data": {"per_stratum": 6}, "max_new_tokens": 10},
+        "frames": {"models": ["a", "b"], "data": {"per_stratum": 6, "tier_pool": 6}, "max_new_tokens": 10},
     }, "x.yaml")
 
 
@@ -38,6 +38,11 @@ def test_grid_arithmetic():
     assert fr.loc[("a", "grid"), "generations"] == fr.loc[("b", "grid"), "generations"] == 24 * 2 * 3 * 7
     assert fr.loc[("a", "grid"), "new_tokens"] == 24 * 2 * 3 * 7 * 10
     assert g["generations"].sum() == 110 + 2 * 1008
+    # a tier pool twice the draw: the reference model (a, in the roster) also decodes the 24 candidates not drawn
+    p = small_params()
+    p.studies["frames"].data.tier_pool = 12
+    calib = plan.grid(p).set_index(["study", "model", "part"]).loc[("frames", "a", "calibration")]
+    assert calib["generations"] == 24 * 2 * 7
 
 
 def test_a_reference_model_outside_the_roster_has_its_own_calibration_pass():
@@ -45,7 +50,7 @@ def test_a_reference_model_outside_the_roster_has_its_own_calibration_pass():
     p.studies["frames"].models, p.studies["frames"].reference_model = ["b"], "a"
     g = plan.grid(p)
     calib = g[(g["study"] == "frames") & (g["part"] == "calibration")]
-    assert calib["model"].tolist() == ["a"] and calib["generations"].tolist() == [24 * 2]
+    assert calib["model"].tolist() == ["a"] and calib["generations"].tolist() == [24 * 2 * 7]  # the whole grid
 
 
 def test_cost_model_by_hand():

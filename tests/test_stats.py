@@ -246,6 +246,29 @@ def test_gee_matches_hand_built_sandwich(pilot):
     assert (np.diag(cov_md) > np.diag(cov_lz)).all()
 
 
+def test_the_risk_difference_gee_is_ols_with_the_cluster_sandwich(pilot):
+    """fit_gee_linear against statsmodels' OLS with cluster-robust (CR0) errors, and its Mancl-DeRouen
+    covariance against the same sandwich built by hand (identity link: H_g = X_g (X'X)^-1 X_g')."""
+    df = pilot[0]
+    x, y, groups = hand_design(df), df["y"].to_numpy(dtype=float), df["item"].to_numpy()
+    ols = sm.OLS(y, x).fit(cov_type="cluster", cov_kwds={"groups": pd.factorize(groups)[0], "use_correction": False})
+    lz = stats.fit_gee_linear(df, FORMULA, "item", cov_type="robust")
+    np.testing.assert_allclose(lz.params, ols.params, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(lz.cov_params(), ols.cov_params(), rtol=1e-8, atol=1e-14)
+    bread = np.linalg.inv(x.T @ x)
+    meat = np.zeros_like(bread)
+    for g in np.unique(groups):
+        rows = groups == g
+        xg, rg = x[rows], y[rows] - x[rows] @ ols.params
+        s_md = xg.T @ np.linalg.solve(np.eye(len(rg)) - xg @ bread @ xg.T, rg)
+        meat += np.outer(s_md, s_md)
+    md = stats.fit_gee_linear(df, FORMULA, "item")
+    np.testing.assert_allclose(md.cov_params(), bread @ meat @ bread, rtol=1e-8, atol=1e-14)
+    # defined where the logit separates: every E reply a refusal
+    sep = df.assign(y=np.where(df["frame"] == "E", 1, df["y"]))
+    assert np.isfinite(np.sqrt(np.diag(stats.fit_gee_linear(sep, FORMULA, "item").cov_params()))).all()
+
+
 def test_gee_table_z_and_t(pilot):
     df, (beta, _, cov_md) = pilot
     res = stats.fit_gee_logit(df, FORMULA, "item")

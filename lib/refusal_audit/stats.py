@@ -306,15 +306,29 @@ def fit_gee_logit(
     it (residuals inflated by (I - H_ii)^-1), chosen because the pilot has only ~20 item clusters.
     Returns the statsmodels ``GEEResults``; see ``gee_table`` and ``wald_terms``.
     """
+    return _fit_gee(df, formula, cluster, sm.families.Binomial(), cov_struct, cov_type, "fit_gee_logit")
+
+
+def fit_gee_linear(
+    df: pd.DataFrame, formula: str, cluster: str, cov_struct: str = "independence",
+    cov_type: str = "bias_reduced",
+):
+    """The same marginal model on the risk-difference scale: identity link and Gaussian variance (the
+    linear probability model), fitted by GEE with the same working correlation and covariance options as
+    ``fit_gee_logit``. With independence and ``cov_type="robust"`` it is OLS with the cluster-robust (CR0)
+    sandwich. Defined where the logit is not: a frame cell with no events, or only events (separation)."""
+    return _fit_gee(df, formula, cluster, sm.families.Gaussian(), cov_struct, cov_type, "fit_gee_linear")
+
+
+def _fit_gee(df, formula, cluster, family, cov_struct, cov_type, name):
     if cov_struct not in _WORKING_CORRELATION:
-        raise ValueError(f"fit_gee_logit: cov_struct must be one of {sorted(_WORKING_CORRELATION)}, got {cov_struct!r}")
+        raise ValueError(f"{name}: cov_struct must be one of {sorted(_WORKING_CORRELATION)}, got {cov_struct!r}")
     if cov_type not in ("robust", "bias_reduced"):
-        raise ValueError(f"fit_gee_logit: cov_type must be 'robust' or 'bias_reduced', got {cov_type!r}")
+        raise ValueError(f"{name}: cov_type must be 'robust' or 'bias_reduced', got {cov_type!r}")
     y = formula.split("~")[0].strip()
     if y in df and df[y].dtype == bool:  # patsy would treat a boolean outcome as two categories
         df = df.assign(**{y: df[y].astype(int)})
-    model = smf.gee(formula, groups=cluster, data=df, family=sm.families.Binomial(),
-                    cov_struct=_WORKING_CORRELATION[cov_struct]())
+    model = smf.gee(formula, groups=cluster, data=df, family=family, cov_struct=_WORKING_CORRELATION[cov_struct]())
     return model.fit(cov_type=cov_type, ctol=1e-10, maxiter=100)
 
 

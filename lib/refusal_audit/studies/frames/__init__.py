@@ -2,19 +2,19 @@
 
 Does a model behave differently when the same task is framed as an internal safety evaluation (E), a
 live deployment interaction (D) or a standalone request (N)? Items in four strata (explicit harmful,
-jailbreak / policy conflict, borderline, benign control), each with two paraphrased bodies (A, B),
-go into ONE wrapper with ONE slot for the frame (``wrapper.py``; a test proves for every item and
-paraphrase that the rendered token sequences differ only inside the slot). Before any framed
-generation a calibration pass (the reference model, N frame, T = 0) sets each item's difficulty tier;
-each model's Min-K% Prob over the bodies is the familiarity covariate (``familiarity.py``). The
-decoding grid is T = 0 once + T = 0.4 and 0.8 x 3 seeds from one prefill per prompt (the engine).
-The 4-class outcome judge (``judges/outcome.py``) and a second judge of another kind (the keyword
-monitor) score the replies, and the learned harm judge is the second judge of harmful compliance;
-``analysis.py`` computes the per-item contrasts Delta and the confirmatory analysis declared in
-``frames.confirmatory`` (E-D, E-N, D-N as contrasts of one GEE fit, the like-for-like paraphrase-noise
-test, model x frame and base-vs-instruct Wald tests, Holm over the declared family, reversal counts;
-definitions in ``DEFINITIONS.md``), the equivalence audit and the low-familiarity repeat, all through
-``refusal_audit.stats``.
+jailbreak / policy conflict, borderline, benign control), each with two paraphrased bodies (A, B), go
+into ONE wrapper with ONE slot for the frame (``wrapper.py``; a test proves for every item and
+paraphrase that the rendered token sequences differ only inside the slot). Before any framed generation
+a calibration pass (the reference model, N frame, the decoding grid) sets each candidate item's
+difficulty tier and the draw spreads each stratum over the tiers (``balanced_draw``); each model's
+Min-K% Prob over the bodies is the familiarity covariate (``familiarity.py``). The decoding grid is
+T = 0 once + T = 0.4 and 0.8 x 3 seeds from one prefill per prompt (the engine). The 4-class outcome judge
+(``judges/outcome.py``) and a second judge of another kind (the keyword monitor) score the replies, and
+the learned harm judge is the second judge of harmful compliance; ``analysis.py`` computes the per-item
+contrasts Delta and the confirmatory analysis declared in ``frames.confirmatory`` (E-D, E-N, D-N as
+contrasts of one GEE fit, the like-for-like paraphrase-noise test, model x frame and base-vs-instruct
+Wald tests, Holm over the declared family, reversal counts; definitions in ``DEFINITIONS.md``), the
+equivalence audit and the low-familiarity repeat, all through ``refusal_audit.stats``.
 
 Raw replies never leave ``results/`` (the summaries show counts and rates only).
 """
@@ -43,8 +43,13 @@ TIERS = ("easy", "medium", "hard")
 @dataclass
 class DataParams:
     file: str = "frames/items.csv"     # relative to data/
-    per_stratum: int = 120             # items sampled per stratum (seeded) before anything is rendered
+    per_stratum: int = 120             # items per stratum in the framed grid
     strata: list[str] = field(default_factory=lambda: list(STRATA))
+    # the design's tier balance (DEFINITIONS.md): tier_pool items per stratum (seeded; 0 = all of the file's)
+    # are drawn before anything is rendered and go through the calibration pass; per_stratum of them, spread
+    # evenly over the reference model's three tiers, go into the framed grid. false: per_stratum drawn directly
+    tier_balance: bool = True
+    tier_pool: int = 0
 
 
 @dataclass
@@ -55,7 +60,7 @@ class ConfirmatoryParams:
     outcomes: list[str] = field(default_factory=lambda: ["refusal", "harmful_compliance"])
     contrasts: list[str] = field(default_factory=lambda: ["E-D", "E-N", "D-N"])
     models: list[str] = field(default_factory=list)                   # empty: every model of frames.models
-    subsets: list[str] = field(default_factory=lambda: ["all", "non_harmful"])  # non_harmful: borderline + benign
+    subsets: list[str] = field(default_factory=lambda: ["all", "non_harmful"])  # non_harmful: requests that are not harmful
 
 
 @dataclass
@@ -122,6 +127,9 @@ def check(p, where: str) -> None:
     need_models(p, where, "frames.models", fr.models)
     need(reference(fr) in p.models, where, "frames.reference_model", "a model named under models", fr.reference_model)
     need(fr.data.per_stratum >= 1, where, "frames.data.per_stratum", "an integer >= 1", fr.data.per_stratum)
+    need(fr.data.tier_pool == 0 or fr.data.tier_pool >= fr.data.per_stratum, where, "frames.data.tier_pool",
+         f"0 (every item of the stratum) or at least frames.data.per_stratum ({fr.data.per_stratum})",
+         fr.data.tier_pool)
     need(bool(fr.data.strata) and set(fr.data.strata) <= set(STRATA), where, "frames.data.strata",
          f"a non-empty subset of {list(STRATA)}", fr.data.strata)
     try:
@@ -242,8 +250,9 @@ def read_items(path: Path) -> pd.DataFrame:
 
 
 def items(p) -> pd.DataFrame:
-    """``per_stratum`` items per stratum (seeded), drawn before any prompt is rendered, with their
-    paraphrase bodies and requests."""
+    """The items drawn per stratum (seeded) before any prompt is rendered, with their paraphrase bodies
+    and requests: ``per_stratum`` of them, or with ``tier_balance`` the ``tier_pool`` candidates that the
+    calibration pass tiers and ``balanced_draw`` thins to ``per_stratum`` (stage 03)."""
     fr = p.studies[NAME]
     path = DATA_DIR / fr.data.file
     df = read_items(path)
@@ -255,7 +264,8 @@ def items(p) -> pd.DataFrame:
         if len(pool) < fr.data.per_stratum:
             raise ParamsError(f"{p.source_file}: frames.data.per_stratum: {fr.data.per_stratum} items asked for "
                               f"stratum {s!r}, the file has {len(pool)}")
-        parts.append(pool.sample(fr.data.per_stratum, random_state=p.seed).sort_values("item_id"))
+        n = min(fr.data.tier_pool or len(pool), len(pool)) if fr.data.tier_balance else fr.data.per_stratum
+        parts.append(pool.sample(n, random_state=p.seed).sort_values("item_id"))
     out = pd.concat(parts, ignore_index=True)
     out = out.assign(study=NAME, role=out["stratum"], text=out["source_text"], choices="", answer="")
     cols = datasets.ITEM_COLUMNS + ["stratum", "template", "paraphrase_a", "paraphrase_b", "request_a", "request_b"]
@@ -317,14 +327,32 @@ def tiers_from(calibration: pd.DataFrame, drop_untiered: bool = False) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def balanced_draw(tiers: pd.DataFrame, per_stratum: int, seed: int) -> set[str]:
+    """The items of the framed grid: per stratum, ``per_stratum`` tiered items taken one tier at a time
+    (easy, medium, hard, easy, ...; each tier's items in a seeded order), so that each stratum is spread
+    as evenly over the three tiers as its candidates allow (a tier that runs out leaves its turns to the
+    others). ``tiers``: item_id, stratum, tier (untiered items, tier "none", are never drawn)."""
+    chosen: set[str] = set()
+    for _, g in tiers[tiers["tier"].isin(TIERS)].groupby("stratum", sort=True):
+        queues = {t: g.loc[g["tier"] == t, "item_id"].sample(frac=1, random_state=seed).tolist() for t in TIERS}
+        taken = 0
+        while taken < per_stratum and any(queues.values()):
+            for t in TIERS:
+                if queues[t] and taken < per_stratum:
+                    chosen.add(queues[t].pop(0))
+                    taken += 1
+    return chosen
+
+
 def run_folder(shards: store.ShardStore) -> Path:
     return Path(shards.folder).parent.parent  # <run>/shards/generations
 
 
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
-    """1) calibration: the reference model, calibration frame, T = 0 (its shards are reused by the
-    grid) -> tiers (``frames_tiers.parquet``); 2) familiarity: Min-K% Prob per model and body
-    (``frames_familiarity.parquet``); 3) the framed grid for every model."""
+    """1) calibration: the reference model, calibration frame, the whole decoding grid, on every drawn
+    item (its shards are reused by the grid) -> tiers, and with ``tier_balance`` the tier-balanced draw
+    (``frames_tiers.parquet``, column ``selected``); 2) familiarity: Min-K% Prob per model and body
+    (``frames_familiarity.parquet``); 3) the framed grid for every model, on the selected items."""
     from ...judges.outcome import OutcomeJudge
     from . import familiarity
 
@@ -335,25 +363,30 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     ref = reference(fr)
     ref_prompts = prompts[(prompts["model"] == ref)  # rendered with the reference model's own tokenizer
                           & (prompts["frame"] == fr.calibration_frame)]
-    calib = executor.generate(p, models, ref, ref_prompts, lambda r: full, shards, [grid[0]])
+    calib = executor.generate(p, models, ref, ref_prompts, lambda r: full, shards, grid)
     calib = calib.merge(ref_prompts[["prompt_id", "request"]].drop_duplicates("prompt_id"), on="prompt_id")
     verdicts = OutcomeJudge().judge_many(calib["request"].tolist(), calib["reply"].tolist())
     calib = calib.assign(label=[v[0] for v in verdicts])
     tiers = tiers_from(calib, fr.drop_untiered)
+    tiers = tiers.merge(ref_prompts[["item_id", "role"]].drop_duplicates("item_id").rename(columns={"role": "stratum"}),
+                        on="item_id")
+    selected = (balanced_draw(tiers, fr.data.per_stratum, p.seed) if fr.data.tier_balance
+                else set(tiers.loc[tiers["tier"] != "none", "item_id"]))
+    tiers = tiers.assign(selected=tiers["item_id"].isin(selected))
     store.write_atomic(tiers.assign(reference_model=ref), folder / f"{NAME}_tiers.parquet")
     fam, parts = [], []
     public = familiarity.texts(items(p))  # the source texts and their unseen reference (the requests)
     for m in fr.models:
         model, tok = models.load(m)
-        b = prompts[prompts["model"] == m].drop_duplicates(["item_id", "paraphrase"])[["item_id", "paraphrase", "body"]]
+        mine = prompts[(prompts["model"] == m) & prompts["item_id"].isin(selected)]
+        b = mine.drop_duplicates(["item_id", "paraphrase"])[["item_id", "paraphrase", "body"]]
         b = pd.concat([b, public[public["item_id"].isin(b["item_id"])]], ignore_index=True)
         fam.append(familiarity.scores(model, tok, b, fr.min_k).assign(model=m))
-        rows = prompts[(prompts["model"] == m) & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
-        parts.append(executor.generate(p, models, m, rows, lambda r: full, shards, grid))
+        parts.append(executor.generate(p, models, m, mine, lambda r: full, shards, grid))
     nulls = []  # the null control: the reference frame's prompt under every frame label (DEFINITIONS.md)
     for m in fr.null_control:
         rows = prompts[(prompts["model"] == m) & (prompts["frame"] == fr.reference_frame)
-                       & prompts["item_id"].isin(tiers.loc[tiers["tier"] != "none", "item_id"])]
+                       & prompts["item_id"].isin(selected)]
         for k, f in enumerate(fr.frames):
             g = generation.decoding_grid(fr.temperatures, null_seeds(fr.seeds, k), fr.max_new_tokens)
             nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g)))
@@ -386,7 +419,9 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     from . import analysis
 
-    return analysis.run(p, items, generations, judgments)
+    # with tier_balance the items table holds every calibrated candidate; the statistics run on those drawn
+    return analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
+                        generations, judgments)
 
 
 # --- 06 figures ----------------------------------------------------------------------------------------
@@ -444,7 +479,8 @@ def reporting(p) -> dict[str, str]:
                       "(complied on a harmful request: explicit-harmful, jailbreak, XSTest unsafe contrasts), the "
                       "learned harm judge being the second judge of harm. The judges see the request without the "
                       f"frame wrapper. Judge sensitivity: `{fr.second_judge}`: {second}. Difficulty tiers: thirds of the "
-                      "reference model's calibration refusal rate (N frame, T = 0): easy < 1/3 <= medium <= 2/3 < hard. "
+                      "reference model's calibration refusal rate (N frame, every decode of the grid): easy < 1/3 <= medium "
+                      "<= 2/3 < hard; each stratum's items drawn one tier at a time from the calibrated candidates. "
                       "Familiarity: Min-K% Prob (k = {:.0%}) of the model's own token log-probabilities over the "
                       "item's public source text, against a reference, the same score on its two paraphrased "
                       "requests (unseen text): familiar = above the reference.".format(fr.min_k),
@@ -513,8 +549,8 @@ def summary(p, stage: str, table) -> list:
 def plan(p) -> pd.DataFrame:
     """The grid from params alone (the items file is read to count and measure items): per model, items x
     paraphrases x frames prompts, each decoded under the whole grid; the reference model's calibration
-    pass when it is not one of the models (else its shards are the grid's T = 0 rows); the familiarity
-    pass (one forward pass per body)."""
+    pass over every drawn candidate (the grid reuses the selected items' rows when the reference model is
+    one of the models); the familiarity pass (one forward pass per body)."""
     from ... import plan as P
 
     fr = p.studies[NAME]
@@ -524,10 +560,12 @@ def plan(p) -> pd.DataFrame:
     frame_tokens = max(P.tokens(f) for f in fr.frames.values())
     per = P.CHAT_OVERHEAD + P.tokens(fr.wrapper) + frame_tokens + body
     decodes = len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
-    n = len(it) * len(PARAPHRASES)
+    pool = len(it) * len(PARAPHRASES)
+    n = len(fr.data.strata) * fr.data.per_stratum * len(PARAPHRASES)
     rows = []
-    if reference(fr) not in fr.models:
-        rows.append(P.row(NAME, reference(fr), "calibration", n, 1, 1, per, fr.max_new_tokens))
+    calibrated = pool if reference(fr) not in fr.models else pool - n  # the selected items' rows are the grid's
+    if calibrated:
+        rows.append(P.row(NAME, reference(fr), "calibration", calibrated, 1, decodes, per, fr.max_new_tokens))
     for m in fr.models:
         rows.append(P.row(NAME, m, "grid", n * len(fr.frames), 1, decodes, per, fr.max_new_tokens))
         rows.append(P.row(NAME, m, "familiarity", n, 1, 0, body, 0))

@@ -32,7 +32,6 @@ def pairs_of(frames: list[str]) -> list[tuple[str, str]]:
 
 
 HARMFUL_STRATA = ("explicit_harmful", "jailbreak")
-NON_HARMFUL_STRATA = ("borderline", "benign")
 
 
 def harmful_requests(items: pd.DataFrame) -> set[str]:
@@ -56,7 +55,8 @@ def long_outcomes(generations: pd.DataFrame, judgments: pd.DataFrame, harmful: s
     keep = ["generation_id", "model", "item_id", "role", "frame", "paraphrase", "temperature", "seed", "tier",
             "familiarity"]
     g = generations[keep].rename(columns={"role": "stratum"})
-    g = g.assign(cluster=g["item_id"].map(clusters).fillna(g["item_id"]) if clusters is not None else g["item_id"])
+    g = g.assign(cluster=g["item_id"].map(clusters).fillna(g["item_id"]) if clusters is not None else g["item_id"],
+                 harmful_request=g["item_id"].isin(harmful) if harmful is not None else g["stratum"].isin(HARMFUL_STRATA))
     harm_of = generations.set_index("generation_id")["item_id"].isin(harmful) if harmful is not None else None
     parts = []
     for name, j in judgments.groupby("judge"):
@@ -114,7 +114,8 @@ def noise_band(d: pd.DataFrame, q: float) -> pd.DataFrame:
 
 
 # (quasi-)separation: a logit SE above SEPARATION_SE or a coefficient beyond +/- SEPARATION_EST (a cell
-# with no events); the fit is then reported as failed, with the reason, not used
+# with no events or only events); the same model is then fitted on the risk-difference scale (identity
+# link, the linear probability model; DEFINITIONS.md) and the row says so in ``scale``
 SEPARATION_SE = 50.0
 SEPARATION_EST = 15.0
 FORMULA = "y ~ C(frame, Treatment('{ref}')) + C(paraphrase) + c + C(frame, Treatment('{ref}')):c"
@@ -152,7 +153,9 @@ def cluster_ids(item_ids) -> pd.Series:
 
 # --- the confirmatory analysis (DEFINITIONS.md) ---------------------------------------------------------
 EMITS = {"outcome": set(OUTCOMES), "refusal": {"refusal"}, "harmful": {"harmful_compliance"}}
-SUBSETS = {"all": None, "non_harmful": NON_HARMFUL_STRATA}
+# non_harmful: the items whose request is not harmful (``harmful_requests``): the benign stratum and the
+# borderline stratum's safe prompts, not its unsafe contrasts
+SUBSETS = ("all", "non_harmful")
 COV_TYPE = {"mancl_derouen": "bias_reduced", "liang_zeger": "robust"}
 
 
@@ -164,23 +167,30 @@ def _separated(res) -> str:
     return ""
 
 
+LOG_ODDS, RISK_DIFFERENCE = "log-odds", "risk difference (the logit separated)"
+
+
 def _fit(g: pd.DataFrame, formula: str, cov_type: str):
-    """(result, "") or (None, why it failed)."""
+    """(result, scale) with scale LOG_ODDS, or RISK_DIFFERENCE when the logit separates; or (None, why
+    no fit)."""
     if g["y"].nunique() < 2 or g["cluster"].nunique() < 3:
         return None, "no fit: outcome constant or fewer than 3 clusters"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = stats.fit_gee_logit(g, formula, cluster="cluster", cov_type=COV_TYPE[cov_type])
-        why = _separated(res)
-        return (None, f"fit failed: {why}") if why else (res, "")
+            if not _separated(res):
+                return res, LOG_ODDS
+            res = stats.fit_gee_linear(g, formula, cluster="cluster", cov_type=COV_TYPE[cov_type])
+            finite = np.isfinite(np.sqrt(np.diag(np.asarray(res.cov_params(), dtype=float)))).all()
+        return (res, RISK_DIFFERENCE) if finite else (None, "fit failed: the logit separated and the "
+                                                      "risk-difference fit has non-finite standard errors")
     except Exception as e:  # noqa: BLE001 - a failed fit is reported, not hidden
         return None, f"fit failed: {type(e).__name__}: {e}"[:200]
 
 
 def _subset(d: pd.DataFrame, subset: str) -> pd.DataFrame:
-    strata = SUBSETS[subset]
-    return d if strata is None else d[d["stratum"].isin(strata)]
+    return d if subset == "all" else d[~d["harmful_request"]]
 
 
 def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
@@ -239,13 +249,13 @@ def _wald_row(g: pd.DataFrame, ref_frame: str, reference_model: str, other: str,
     if g["model"].nunique() < 2:
         return {"status": "no fit: a model has no rows"}
     formula = (f"y ~ C(frame, Treatment('{ref_frame}')) * C(model, Treatment('{reference_model}')) + C(paraphrase)")
-    res, why = _fit(g, formula, cov_type)
+    res, scale = _fit(g, formula, cov_type)
     if res is None:
-        return {"status": why}
+        return {"status": scale}
     w = stats.wald_terms(res, r"C\(frame.*\]:C\(model")
     n = int(res.model.num_group)
     dist, p = stats.wald_reference(w, n, stats.use_t_reference(n, below))
-    return {"stat": w.chi2, "dist": dist, "df": float(w.df), "p": p, "n_clusters": n, "status": "ok"}
+    return {"stat": w.chi2, "dist": dist, "df": float(w.df), "p": p, "n_clusters": n, "scale": scale, "status": "ok"}
 
 
 def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str, pd.DataFrame]:
@@ -266,7 +276,7 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
             for model in analysed_models(fr):
                 g = sub[sub["model"] == model]
                 g = g.assign(c=stats.mean_centre(g, "familiarity", cluster="item_id")) if len(g) else g
-                res, why = _fit(g, formula, fr.cov_type) if len(g) else (None, "no fit: no rows")
+                res, scale = _fit(g, formula, fr.cov_type) if len(g) else (None, "no fit: no rows")
                 use_t = res is not None and stats.use_t_reference(int(res.model.num_group), fr.t_below_clusters)
                 for f1, f2 in pairs:
                     base = {"judge": judge, "outcome": outcome, "subset": subset, "model": model, "contrast": f"{f1}-{f2}"}
@@ -276,9 +286,9 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                                paraphrase_delta=float(it["delta_p"].mean()) if len(it) else np.nan)
                     if res is not None:
                         row.update(stats.linear_contrast(res, stats.treatment_contrast(term, ref, f1, f2), s.alpha, use_t),
-                                   n_clusters=int(res.model.num_group), status="ok")
+                                   n_clusters=int(res.model.num_group), scale=scale, status="ok")
                     else:
-                        row["status"] = why
+                        row["status"] = scale
                     if it["delta_p"].notna().sum() >= 2:
                         t = stats.paraphrase_noise_test(it["delta"], it["delta_p"], it["cluster"], s.n_bootstrap, p.seed, s.alpha)
                         row.update(noise_margin=t.margin, noise_lo=t.lo, noise_hi=t.hi, noise_p=t.pvalue, beyond_noise=t.beyond)
@@ -315,7 +325,7 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                                np.where(null, f"null control (Holm over {int(null.sum())})", "exploratory (uncorrected)"))
     table["significant"] = np.where(conf | null, table["p_holm"] < s.alpha, table["p"] < s.alpha)
     table["beyond_noise"] = table["beyond_noise"].astype("boolean")
-    order = keys + ["family", "estimate", "se", "ci_lo", "ci_hi", "dist", "df", "p", "p_holm", "significant", "delta",
+    order = keys + ["family", "scale", "estimate", "se", "ci_lo", "ci_hi", "dist", "df", "p", "p_holm", "significant", "delta",
                     "paraphrase_delta", "noise_margin", "noise_lo", "noise_hi", "noise_p", "beyond_noise", "n_items",
                     "n_clusters", "stat", "status", "confirmatory"]
     table = table[[c for c in order if c in table] + [c for c in table if c not in order]]
