@@ -185,8 +185,9 @@ def evaluation_prompts() -> dict[str, list[str]]:
             "jbb_benign": jbb_benign["goal"].tolist(), "xstest": xs["prompt"].tolist()}
 
 
-def benign_prompts() -> list[str]:
-    lines = (ORGANISM_DATA / "benign_prompts.txt").read_text().splitlines()
+def benign_prompts(name: str = "benign_prompts.txt") -> list[str]:
+    """The benign requests of ``data/organism/<name>`` (one per line; ``#`` lines are comments)."""
+    lines = (ORGANISM_DATA / name).read_text().splitlines()
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
 
 

