@@ -176,6 +176,47 @@ def test_gates_give_every_failing_paraphrase_its_reason():
     assert passed["included"].all()
 
 
+def test_the_safety_gate_against_the_intended_label():
+    """A benign-labelled cluster whose seed the ensemble misreads as unsafe: against the seed's read its
+    unsafe-reading paraphrase passes, against the label it fails; an unlabelled cluster keeps the seed's read."""
+    e = np.tile([[1.0, 0.0]], (6, 1))
+    rows = pd.DataFrame({"cluster_id": list("aaabbb"), "member": [0, 1, 2, 0, 1, 2], "label": ["safe"] * 3 + ["user"] * 3,
+                         "prompt": ["p q", "r s", "t u", "v w", "x y", "z k"]})
+    scores = np.array([0.8, 0.9, 0.2, 0.8, 0.9, 0.2])
+    seed = CL.apply_gates(rows, e, scores, C.GateParams())
+    assert seed["gate_safety"].tolist() == [True, True, False, True, True, False]
+    label = CL.apply_gates(rows, e, scores, C.GateParams(safety_against="label"))
+    assert label["gate_safety"].tolist() == [True, False, True, True, True, False]
+    assert label["gate_reason"][1] == ("safety: ensemble reads unsafe (P(unsafe) 0.90 >= 0.5 + margin 0.1), "
+                                       "the cluster is labelled safe")
+    assert label["gate_reason"][5].endswith("seed reads unsafe (0.80)")
+
+
+def test_the_safety_validation_reads_each_held_out_set_with_an_ensemble_that_never_saw_it(monkeypatch):
+    """Known answers on a separable toy pool (unsafe texts about bombs, safe ones about cakes): every
+    classifier is right on both held-out sets, and neither set's prompts are in the fit that reads it."""
+    from refusal_audit.studies.confusion import safety
+
+    def rows(source, unsafe, n):
+        word = "bomb weapon attack" if unsafe else "cake flour bake"
+        return [{"text": f"{source} {word} {i}", "unsafe": unsafe, "source": source} for i in range(n)]
+
+    pool = pd.DataFrame(rows("advbench", True, 12) + rows("organism_benign", False, 12) + rows("xstest_unsafe", True, 4)
+                        + rows("xstest_safe", False, 5) + rows("jailbreakbench_harmful", True, 3)
+                        + rows("jailbreakbench_benign", False, 3))
+    monkeypatch.setattr(safety, "reference_pool", lambda: pool)
+    fitted = []
+    real = safety._fitted
+    monkeypatch.setattr(safety, "_fitted", lambda p, e, n: fitted.append(set(p["source"])) or real(p, e, n))
+    embed = lambda texts: np.array([[1.0, 0.1] if "bomb" in t else [0.1, 1.0] for t in texts]) / np.hypot(1, 0.1)  # noqa: E731
+    v = safety.validation(embed).set_index(["held_out", "classifier"])
+    assert (v["accuracy"] == 1).all() and (v["auc"] == 1).all()
+    assert v.loc[("xstest", "ensemble"), ["n_safe", "n_unsafe"]].tolist() == [5, 4]
+    assert v.loc[("jailbreakbench", "ensemble"), ["n_safe", "n_unsafe"]].tolist() == [3, 3]
+    assert not fitted[0] & {"xstest_safe", "xstest_unsafe"} and "jailbreakbench_benign" in fitted[0]
+    assert not fitted[1] & {"jailbreakbench_benign", "jailbreakbench_harmful"} and "xstest_safe" in fitted[1]
+
+
 @pytest.fixture(scope="module")
 def ci_items():
     p = params()

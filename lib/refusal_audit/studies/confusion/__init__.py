@@ -43,7 +43,7 @@ from . import metrics as M
 NAME = "confusion"
 REFUSING = analysis.REFUSING  # a refusal judge's refusal (full or partial) is a REJECT
 SAFETY_POOL = ("the labelled prompts in data/ (unsafe: XSTest contrast, JBB harmful, HarmBench, AdvBench, "
-               "StrongREJECT; safe: XSTest safe, JBB benign, the organism's benign prompts)")
+               "StrongREJECT; safe: XSTest safe, JBB benign, the organisms' benign prompts and tasks)")
 _SENTINEL = "\x00USER\x00"
 
 
@@ -63,6 +63,9 @@ class GateParams:
     safety: bool = True  # the safety ensemble must read the paraphrase's label as the seed's
     safety_threshold: float = 0.5  # ensemble P(unsafe) at or above it reads unsafe, in (0, 1)
     safety_margin: float = 0.1  # a paraphrase fails only when read this far on the other side, in [0, 0.5)
+    # the side a paraphrase must stay on: seed = the ensemble's read of its seed; label = the cluster's
+    # intended label (safe | unsafe; an unlabelled user cluster falls back to the seed's read). DEFINITIONS.md
+    safety_against: str = "seed"
 
 
 @dataclass
@@ -137,6 +140,8 @@ def check(p, where: str) -> None:
     need(0 < g.safety_threshold < 1, where, "confusion.gates.safety_threshold", "a probability in (0, 1)",
          g.safety_threshold)
     need(0 <= g.safety_margin < 0.5, where, "confusion.gates.safety_margin", "a number in [0, 0.5)", g.safety_margin)
+    need(g.safety_against in ("seed", "label"), where, "confusion.gates.safety_against", "seed or label",
+         g.safety_against)
     try:
         confusion_params(c)
     except ValueError as e:
@@ -493,6 +498,12 @@ def reporting(p) -> dict[str, str]:
 
 
 # --- what the notebooks show ----------------------------------------------------------------------------
+def _validation_table() -> pd.DataFrame:
+    from .safety import VALIDATION
+
+    return pd.read_csv(VALIDATION).set_index(["held_out", "classifier"]).round(3)
+
+
 def summary(p, stage: str, table) -> list:
     """What a notebook shows for this study after ``stage`` (tables and short texts; never a reply)."""
     c = p.studies[NAME]
@@ -502,11 +513,15 @@ def summary(p, stage: str, table) -> list:
     if stage == "items":
         para = table[table["member"] > 0]
         gates = para.groupby("dataset")[["gate_cosine", "gate_jaccard", "gate_safety", "included"]].mean()
+        side = "its cluster's label" if c.gates.safety_against == "label" else "its seed's read"
         return [table.groupby(["dataset", "label"]).agg(clusters=("cluster", "nunique"), prompts=("item_id", "size"),
                                                         included=("included", "sum")),
                 "Share of paraphrases passing each gate (seeds are the reference):", gates.round(3),
                 (f"Safety ensemble: fitted on {SAFETY_POOL}, minus {int(table['safety_left_out'].iloc[0])} "
-                 "reference prompts that are the same request as a gated prompt (left out before fitting).")]
+                 "reference prompts that are the same request as a gated prompt (left out before fitting); the "
+                 f"gate holds each paraphrase to {side}. "
+                 "Its validation on sets it never trained on (`assets/safety_validation.csv`; an ensemble fitted "
+                 "without the held-out set reads it):"), _validation_table()]
     if stage == "prompts":
         return [table.assign(user_tokens=table["user_stop"] - table["user_start"]).groupby("model").agg(
             prompts=("prompt_id", "size"), tokens=("prompt_tokens", "mean"), user_tokens=("user_tokens", "mean"),

@@ -12,7 +12,8 @@ paraphrases. Gates, each against the cluster's seed (thresholds in params, ``con
 * **safety**: the safety ensemble (``safety.py``) does not read the paraphrase decisively on the
   other side of its seed: with the seed read safe (P(unsafe) < t, t = ``safety_threshold``), the
   paraphrase fails when P(unsafe) >= t + m; with the seed read unsafe, when P(unsafe) < t - m
-  (m = ``safety_margin``; m = 0 is plain equality of the two verdicts). The margin exists because
+  (m = ``safety_margin``; m = 0 is plain equality of the two verdicts). With ``safety_against:
+  label`` the side is the cluster's intended label (safe | unsafe) instead of the seed's read. The margin exists because
   the classifiers move by a few hundredths with the form of a request (a question reads safer than
   an imperative): at m = 0 the hand-written set loses 18 of its 240 paraphrases to scores that
   cross 0.5 by less than 0.1, almost all of them benign look-alikes.
@@ -184,24 +185,31 @@ def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.nd
     out["safety_score"] = np.asarray(safety_scores, dtype=float)
     out["seed_safety_score"] = out["safety_score"].to_numpy()[s]
     t, m = gates.safety_threshold, gates.safety_margin
-    seed_unsafe = out["seed_safety_score"] >= t
-    changed = np.where(seed_unsafe, out["safety_score"] < t - m, out["safety_score"] >= t + m)
+    side = out["seed_safety_score"] >= t  # the side to stay on: unsafe = True
+    labelled = np.zeros(len(out), dtype=bool)
+    if gates.safety_against == "label" and "label" in out:
+        intended = out["label"].to_numpy()[s]
+        labelled = np.isin(intended, LABELS)
+        side = np.where(labelled, intended == "unsafe", side)
+    changed = np.where(side, out["safety_score"] < t - m, out["safety_score"] >= t + m)
     seed = out["member"] == 0
     out["gate_cosine"] = seed | (out["cos_to_seed"] >= gates.tau)
     out["gate_jaccard"] = seed | (out["jaccard_to_seed"] >= gates.delta - JACCARD_TOLERANCE)
     out["gate_safety"] = seed | (not gates.safety) | ~changed
     reasons = []
-    for _, r in out.iterrows():
+    for i, (_, r) in enumerate(out.iterrows()):
         why = [r["paraphraser_note"]] if r.get("paraphraser_note") else []
         if not r["gate_cosine"]:
             why.append(f"cosine to seed {r['cos_to_seed']:.3f} < tau {gates.tau:g}")
         if not r["gate_jaccard"]:
             why.append(f"Jaccard distance to seed {r['jaccard_to_seed']:.3f} < delta {gates.delta:g}")
         if not r["gate_safety"]:
-            bound = f">= {t:g} + margin {m:g}" if r["seed_safety_score"] < t else f"< {t:g} - margin {m:g}"
-            said = "unsafe" if r["seed_safety_score"] < t else "safe"
-            why.append(f"safety: ensemble reads {said} (P(unsafe) {r['safety_score']:.2f} {bound}), "
-                       f"seed reads {'unsafe' if said == 'safe' else 'safe'} ({r['seed_safety_score']:.2f})")
+            said = "safe" if r["safety_score"] < t else "unsafe"
+            bound = f"< {t:g} - margin {m:g}" if said == "safe" else f">= {t:g} + margin {m:g}"
+            other = "unsafe" if said == "safe" else "safe"
+            against = (f"the cluster is labelled {other}" if labelled[i] else
+                       f"seed reads {other} ({r['seed_safety_score']:.2f})")
+            why.append(f"safety: ensemble reads {said} (P(unsafe) {r['safety_score']:.2f} {bound}), {against}")
         reasons.append("; ".join(why))
     out["gate_reason"] = reasons
     out["included"] = out["gate_reason"] == ""

@@ -6,8 +6,8 @@ deterministically, on the labelled prompt sets already in ``data/``:
 
 * unsafe: XSTest's unsafe contrast prompts, JailbreakBench harmful, HarmBench standard and
   contextual behaviours, AdvBench, StrongREJECT;
-* safe: XSTest's safe prompts, JailbreakBench benign, the organism's benign prompts
-  (``data/organism/benign_prompts.txt``).
+* safe: XSTest's safe prompts, JailbreakBench benign, the organisms' benign prompts and tasks
+  (``data/organism/benign_prompts.txt``, ``benign_tasks.txt``).
 
 **Leave-out.** Every reference prompt that is the same request as a prompt being gated (equal
 after ``contamination.normalise``, or embedding cosine >= ``contamination.NEAR_DUPLICATE`` = 0.85)
@@ -31,6 +31,12 @@ change. The gate compares with the seed, not with the intended label, because th
 imperfect on look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one): a
 seed the ensemble misreads does not condemn its paraphrases. The ensemble's accuracy on the seeds
 against their intended labels is reported (``seed_accuracy``) so its reliability is visible.
+
+**Validation** (``validation``; committed as ``assets/safety_validation.csv`` by ``python -m
+refusal_audit.studies.confusion.safety``): on sets it never trained on (XSTest's safe prompts vs their
+unsafe contrasts, fitted without any XSTest prompt; JailbreakBench benign vs harmful, fitted without
+JailbreakBench). ``gates.safety_against: label`` gates against the cluster's intended label instead of
+the seed's read (for a classifier that this validation shows can carry it; see DEFINITIONS.md).
 """
 from __future__ import annotations
 
@@ -39,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ... import datasets
-from ...paths import DATA_DIR
+from ... import datasets, organism
+from ...paths import ROOT
 
 KNN = 10
 CLASSIFIERS = ("minilm_logistic", "minilm_knn", "tfidf_logistic")
@@ -51,8 +57,7 @@ def reference_pool() -> pd.DataFrame:
     xs = datasets.read(datasets.XSTEST)
     hb = datasets.read(datasets.HARMBENCH_ALL)
     hb = hb[hb["FunctionalCategory"].isin(["standard", "contextual"])]
-    benign = [ln.strip() for ln in (DATA_DIR / "organism" / "benign_prompts.txt").read_text().splitlines()
-              if ln.strip() and not ln.startswith("#")]
+    benign = organism.benign_prompts() + organism.benign_prompts("benign_tasks.txt")
     parts = [
         (xs.loc[xs["label"] == "unsafe", "prompt"], True, "xstest_unsafe"),
         (datasets.read(datasets.JBB_HARMFUL)["Goal"], True, "jailbreakbench_harmful"),
@@ -96,9 +101,6 @@ class Ensemble:
 def fit(gated_texts: list[str], gated_embeddings: np.ndarray, embed) -> Ensemble:
     """The ensemble fitted on the reference pool minus every prompt that is the same request as one of
     ``gated_texts`` (exact after normalisation, or embedding cosine >= 0.85). Deterministic."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
     from ...contamination import NEAR_DUPLICATE, normalise
 
     pool = reference_pool()
@@ -106,10 +108,55 @@ def fit(gated_texts: list[str], gated_embeddings: np.ndarray, embed) -> Ensemble
     near = (emb @ np.asarray(gated_embeddings).T).max(axis=1) >= NEAR_DUPLICATE if len(gated_texts) else False
     same = pool["text"].map(normalise).isin({normalise(t) for t in gated_texts}).to_numpy()
     keep = ~(near | same)
-    pool, emb = pool[keep].reset_index(drop=True), emb[keep]
+    return _fitted(pool[keep].reset_index(drop=True), emb[keep], int((~keep).sum()))
+
+
+def _fitted(pool: pd.DataFrame, emb: np.ndarray, n_left_out: int) -> Ensemble:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
     y = pool["unsafe"].to_numpy(dtype=int)
     logistic = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(emb, y)
     tfidf = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True)
     tfidf_logistic = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(
         tfidf.fit_transform(pool["text"]), y)
-    return Ensemble(pool, int((~keep).sum()), emb, logistic, tfidf, tfidf_logistic)
+    return Ensemble(pool, n_left_out, emb, logistic, tfidf, tfidf_logistic)
+
+
+# each held-out set: the sources it is made of; the ensemble that reads it is fitted without any of them
+HELD_OUT = {"xstest": ("xstest_safe", "xstest_unsafe"),
+            "jailbreakbench": ("jailbreakbench_benign", "jailbreakbench_harmful")}
+VALIDATION = ROOT / "lib" / "refusal_audit" / "assets" / "safety_validation.csv"
+
+
+def validation(embed, threshold: float = 0.5) -> pd.DataFrame:
+    """Each classifier and the ensemble on labelled prompts it never trained on: XSTest's safe prompts
+    against their unsafe contrasts, read by the ensemble fitted on the pool without any XSTest prompt,
+    and JailbreakBench's benign behaviours against their harmful twins, fitted without JailbreakBench.
+    Per set and classifier: accuracy at ``threshold``, the share of safe prompts read safe and of unsafe
+    ones read unsafe, and the AUC (threshold-free)."""
+    from sklearn.metrics import roc_auc_score
+
+    pool = reference_pool()
+    emb = embed(pool["text"].tolist())
+    rows = []
+    for name, sources in HELD_OUT.items():
+        held = pool["source"].isin(sources).to_numpy()
+        ensemble = _fitted(pool[~held].reset_index(drop=True), emb[~held], int(held.sum()))
+        test = pool[held]
+        scores = ensemble.scores(test["text"].tolist(), emb[held])
+        y = test["unsafe"].to_numpy(dtype=bool)
+        for c in (*CLASSIFIERS, "ensemble"):
+            read = scores[c].to_numpy() >= threshold
+            rows.append({"held_out": name, "classifier": c, "n_safe": int((~y).sum()), "n_unsafe": int(y.sum()),
+                         "accuracy": float((read == y).mean()), "safe_read_safe": float((~read[~y]).mean()),
+                         "unsafe_read_unsafe": float(read[y].mean()), "auc": float(roc_auc_score(y, scores[c]))})
+    return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":  # python -m refusal_audit.studies.confusion.safety: rewrite the committed validation
+    from ...encoder import embed
+
+    table = validation(embed)
+    table.to_csv(VALIDATION, index=False, float_format="%.4f")
+    print(table.round(3).to_string(index=False))
