@@ -233,9 +233,11 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     out = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})
     t = out["confirmatory"]
     conf = t[t["confirmatory"]]
-    # declared: 1 judge x 1 outcome emitted with variation (refusal; harmful_compliance is absent: failed but
-    # counted) x 2 subsets x (3 models x 3 contrasts + 1 interaction (m1 vs m0) + 1 H3 (b0 vs m0)) = 44
-    assert len(conf) == 44 and (conf["family"] == "confirmatory (Holm over 44)").all()
+    # declared: per subset, 3 models x 3 contrasts + 1 interaction (m1 vs m0) + 1 H3 (b0 vs m0) = 11 tests, for
+    # refusal on both subsets and harmful compliance on all items only (on non-harmful requests it is zero by
+    # definition; here it has no variation: failed but counted) = 33
+    assert len(conf) == 33 and (conf["family"] == "confirmatory (Holm over 33)").all()
+    assert set(conf.loc[conf["outcome"] == "harmful_compliance", "subset"]) == {"all"}
     assert conf[conf["outcome"] == "harmful_compliance"]["status"].str.startswith("no fit").all()
     ok = conf[conf["status"] == "ok"]
     from statsmodels.stats.multitest import multipletests
@@ -253,7 +255,7 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     rev = out["reversals"].set_index(["subset", "model", "contrast"])
     assert rev.loc[("all", "m1", "E-N"), "n_items"] == 30 and rev.loc[("all", "m1", "E-N"), "n_reversed"] <= 3
     sentences = analysis.verdicts(t, 0.05)
-    assert len(sentences) == 44 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
+    assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
     assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
 
 
@@ -355,12 +357,12 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert len(n) == 6 and (n["status"] == "ok").all()
     nulls = t[t["model"] == "m1:null"]
     assert (nulls["family"].str.startswith("null control") == nulls["outcome"].isin(["refusal", "harmful_compliance"])).all()
-    assert (n["family"] == "null control (Holm over 12)").all()
+    assert (n["family"] == "null control (Holm over 9)").all()
     from statsmodels.stats.multitest import multipletests
-    fam = t[t["family"] == "null control (Holm over 12)"]
+    fam = t[t["family"] == "null control (Holm over 9)"]
     assert fam["p_holm"].to_numpy() == pytest.approx(multipletests(fam["p"].fillna(1.0), method="holm")[1], nan_ok=True) or fam["p"].isna().any()
     assert not n["significant"].any() and not n["beyond_noise"].any()
-    assert t["confirmatory"].sum() == 44  # the null control is not in the Holm family
+    assert t["confirmatory"].sum() == 33  # the null control is not in the Holm family
     planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
     assert planted_rows["significant"].all()
     assert any("m1:null" in v and "not significant; not beyond" in v for v in analysis.verdicts(t, 0.05))

@@ -209,7 +209,9 @@ def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
 
 def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd.DataFrame:
     """The confirmatory family the params declare: one row per test (judge, outcome, subset, model,
-    contrast). ``judges_in_run``: judge name -> kind. Outcomes a judge does not emit are not in it.
+    contrast). ``judges_in_run``: judge name -> kind. Outcomes a judge does not emit are not in it, nor
+    the outcome judge's harmful compliance on the non-harmful subset (zero by definition: harmful
+    compliance is compliance on a harmful request).
     ``null=True``: the null control's family instead (the same judges, outcomes, subsets and contrasts
     on each ``<model>:null``)."""
     c = fr.confirmatory
@@ -220,6 +222,8 @@ def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd
             if o not in EMITS.get(judges_in_run.get(j, ""), set()):
                 continue
             for s in c.subsets:
+                if s == "non_harmful" and o == "harmful_compliance" and judges_in_run.get(j) == "outcome":
+                    continue
                 for m in models:
                     rows += [{"judge": j, "outcome": o, "subset": s, "model": m, "contrast": k} for k in c.contrasts]
                 for m in ([] if null else interaction_models(fr)):
