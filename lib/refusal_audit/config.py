@@ -261,3 +261,14 @@ def to_dict(p: Params) -> dict:
     out["models"] = {k: dataclasses.asdict(m) for k, m in p.models.items()}
     out.update({name: dataclasses.asdict(section) for name, section in p.studies.items()})
     return out
+
+
+def testbed_note(p, names: list[str], markdown: bool = False) -> str:
+    """The sentence every caption and notebook summary opens with when the run measures model organisms:
+    which of ``names`` are TESTBEDS, never evidence about production models ("" when none is)."""
+    testbeds = [m for m in names if m in p.models and p.models[m].testbed]
+    if not testbeds:
+        return ""
+    word = "TESTBEDS" if len(testbeds) > 1 else "TESTBED"
+    what = "model organisms built in this repository" if len(testbeds) > 1 else "a model organism built in this repository"
+    return f"{'**' + word + '**' if markdown else word}: {', '.join(testbeds)}: {what}, not evidence about production models. "

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ... import judges, store
-from ...config import ParamsError, need, need_models
+from ...config import ParamsError, need, need_models, testbed_note
 from ...paths import DATA_DIR
 from . import analysis
 from . import clusters as cl
@@ -430,10 +430,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
-    testbed = [m for m in c.models if p.models[m].testbed]
-    note = (f"TESTBED: {', '.join(testbed)} is a model organism built to refuse, not evidence about production "
-            "models. ") if testbed else ""
-    return (note + f"Models {', '.join(c.models)}; same meaning: same cluster or cosine >= tau {c.gates.tau}; "
+    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or cosine >= tau {c.gates.tau}; "
             f"k {c.metrics.k}, scope "
             f"{c.metrics.scope}; gates tau {c.gates.tau}, delta {c.gates.delta}; bootstrap 95 % CIs over intents; "
             f"run {p.run_name!r}. Aggregates only: no reply is shown.")
@@ -507,9 +504,7 @@ def _validation_table() -> pd.DataFrame:
 def summary(p, stage: str, table) -> list:
     """What a notebook shows for this study after ``stage`` (tables and short texts; never a reply)."""
     c = p.studies[NAME]
-    testbed = [m for m in c.models if p.models[m].testbed]
-    flag = (f"**TESTBED**: {', '.join(testbed)} is a model organism, not evidence about production models. "
-            if testbed else "")
+    flag = testbed_note(p, c.models, markdown=True)
     if stage == "items":
         para = table[table["member"] > 0]
         gates = para.groupby("dataset")[["gate_cosine", "gate_jaccard", "gate_safety", "included"]].mean()

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ... import datasets, store
-from ...config import ParamsError
+from ...config import ParamsError, testbed_note
 from . import analysis
 from . import clusters as cl
 
@@ -138,9 +138,7 @@ def write_tables(folder: Path, items: pd.DataFrame, per_prompt: pd.DataFrame, pe
 
 
 def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
-    testbed = [m for m in model_names if m in p.models and p.models[m].testbed]
-    note = (f"TESTBED: {', '.join(testbed)} is a model organism built to refuse, not evidence about production "
-            "models. ") if testbed else ""
+    note = testbed_note(p, model_names)
     what = f"decisions from {Path(decisions_csv).name}" if decisions_csv else f"models {', '.join(model_names)}"
     return (note + f"{what}; same meaning: same cluster or cosine >= {cp.theta} (the gate's tau); k {cp.k}, scope "
             f"{cp.scope}; cluster-bootstrap 95 % CIs. Aggregates only: no reply is shown.")

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ... import datasets, executor, generation, judges, retention, store
-from ...config import ParamsError, need, need_models
+from ...config import ParamsError, need, need_models, testbed_note
 from ...paths import DATA_DIR
 from ...prompts import build_prompts
 from . import charts
@@ -427,10 +427,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     fr = p.studies[NAME]
-    testbed = [m for m in fr.models if p.models[m].testbed]
-    note = (f"TESTBED: {', '.join(testbed)} is a model organism built to refuse, not evidence about production "
-            "models. ") if testbed else ""
-    return note + f"Run {p.run_name!r}; models {', '.join(fr.models)}. Aggregates only."
+    return testbed_note(p, fr.models) + f"Run {p.run_name!r}; models {', '.join(fr.models)}. Aggregates only."
 
 
 def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str]:
@@ -513,9 +510,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
 def summary(p, stage: str, table) -> list:
     """Counts, rates and statistics only: never a reply (replies to harmful prompts stay in results/)."""
     fr = p.studies[NAME]
-    testbed = [m for m in fr.models if p.models[m].testbed]
-    flag = (f"**TESTBED**: {', '.join(testbed)} is a model organism, not evidence about production models."
-            if testbed else "")
+    flag = testbed_note(p, fr.models, markdown=True)
     if stage == "items":
         return [table.groupby(["stratum", "dataset"]).size().rename("items").to_frame()]
     if stage == "prompts":

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ... import datasets, executor, generation, judges, store
-from ...config import ParamsError, need, need_models
+from ...config import ParamsError, need, need_models, testbed_note
 from ...prompts import build_prompts
 from . import analysis, charts, design
 
@@ -324,9 +324,7 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     kv = p.studies[NAME]
     rates = tables["refusal_rates"]
     names = model_names(kv)
-    testbeds = [m for m in names if p.models[m].testbed]
-    testbed = (f"TESTBED{'S' if len(testbeds) > 1 else ''} ({', '.join(testbeds)}): model organisms built to refuse, "
-               "not evidence about production models. " if testbeds else "")
+    testbed = testbed_note(p, names)
     llm = f"LLM judges: {p.judges.llm.model}. " if p.judges.llm else ""
     caption = (testbed + f"{', '.join(names)}; {rates['n'].max()} HarmBench prompts per arm; keep_ratio "
                f"{kv.keep_ratio}; Wilson 95 % CIs; {llm}Run {p.run_name!r}. Aggregates only.")
