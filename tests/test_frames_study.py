@@ -280,6 +280,8 @@ def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
         cov_type="cluster", cov_kwds={"groups": pd.factorize(g["item_id"])[0], "use_correction": False})
     assert r.loc[("m1", "E-N"), "estimate"] == pytest.approx(ols.params[2], abs=1e-9)
     assert r.loc[("m1", "E-N"), "se"] == pytest.approx(np.sqrt(ols.cov_params()[2, 2]), rel=1e-6)
+    said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
+    assert len(said) == 1 and "risk difference (the logit separated) +" in said[0]
 
 
 def test_the_gee_reference_frame_does_not_change_the_contrasts():

@@ -526,7 +526,7 @@ def summary(p, stage: str, table) -> list:
         from .analysis import verdicts
 
         c, conf = table["contrasts"], table["confirmatory"]
-        shown = ["outcome", "subset", "model", "contrast", "family", "delta", "estimate", "ci_lo", "ci_hi", "p",
+        shown = ["outcome", "subset", "model", "contrast", "family", "delta", "scale", "estimate", "ci_lo", "ci_hi", "p",
                  "p_holm", "significant", "noise_margin", "beyond_noise", "status"]
         return [flag, "Frame contrasts (mean Delta over items, cluster-bootstrap 95 % CI):", c[c["subset"] == "all"].round(3),
                 f"Confirmatory table (`stats/frames/confirmatory.csv`; {fr.cov_type} SEs; definitions in "
