@@ -316,7 +316,7 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
     null = table["null_control"].fillna(False).astype(bool)
     table = table.drop(columns="null_control")
     table["status"] = table["status"].fillna("no fit: no rows for this judge and outcome")
-    for col in ("estimate", "se", "ci_lo", "ci_hi", "p", "delta", "beyond_noise"):
+    for col in ("scale", "estimate", "se", "ci_lo", "ci_hi", "p", "delta", "beyond_noise"):
         if col not in table:
             table[col] = np.nan
     table["p_holm"] = np.nan
