@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from refusal_audit.studies.confusion import GateParams
 from refusal_audit.studies.confusion import analysis as A
 from refusal_audit.studies.confusion import clusters as CL
 from refusal_audit.studies.confusion import metrics as M
@@ -101,7 +102,7 @@ def test_a_cluster_that_passed_the_gate_with_a_split_decision_is_confused():
                          "prompt": ["a b c", "d e f", "g h i"], "label": "safe", "dataset": "hand",
                          "source_file": "", "source_row": 0, "source_type": "", "licence": "CC0"})
     e = circle([0, 40, -40])
-    gates = SimpleNamespace(tau=0.70, delta=0.2, safety=False, safety_threshold=0.5, safety_margin=0.1)
+    gates = GateParams(tau=0.70, delta=0.2, safety=False)
     gated = CL.apply_gates(rows, e, np.zeros(3), gates)
     assert gated["included"].all()
     items = pd.DataFrame({"item_id": ["s", "p1", "p2"], "cluster": "k", "member": [0, 1, 2], "rule": "user",
