@@ -13,10 +13,10 @@ paraphrases. Gates, each against the cluster's seed (thresholds in params, ``con
   other side of its seed: with the seed read safe (P(unsafe) < t, t = ``safety_threshold``), the
   paraphrase fails when P(unsafe) >= t + m; with the seed read unsafe, when P(unsafe) < t - m
   (m = ``safety_margin``; m = 0 is plain equality of the two verdicts). With ``safety_against:
-  label`` the side is the cluster's intended label (safe | unsafe) instead of the seed's read. The margin exists because
-  the classifiers move by a few hundredths with the form of a request (a question reads safer than
-  an imperative): at m = 0 the hand-written set loses 18 of its 240 paraphrases to scores that
-  cross 0.5 by less than 0.1, almost all of them benign look-alikes.
+  label`` the side is the cluster's intended label (safe | unsafe) instead of the seed's read. The
+  margin exists because the classifiers move by a few hundredths with the form of a request (a
+  question reads safer than an imperative): at m = 0 the hand-written set loses 13 of its 240
+  paraphrases, 11 of them to scores that cross 0.5 by less than 0.1, all of them benign look-alikes.
 
 A paraphrase that fails a gate stays in the items table with ``included`` False and a
 ``gate_reason`` naming every gate it failed and by how much; nothing is dropped silently. A cluster

@@ -41,12 +41,12 @@ the seed's read (for a classifier that this validation shows can carry it; see D
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ... import datasets, organism
-from ...paths import ROOT
 
 KNN = 10
 CLASSIFIERS = ("minilm_logistic", "minilm_knn", "tfidf_logistic")
@@ -126,7 +126,7 @@ def _fitted(pool: pd.DataFrame, emb: np.ndarray, n_left_out: int) -> Ensemble:
 # each held-out set: the sources it is made of; the ensemble that reads it is fitted without any of them
 HELD_OUT = {"xstest": ("xstest_safe", "xstest_unsafe"),
             "jailbreakbench": ("jailbreakbench_benign", "jailbreakbench_harmful")}
-VALIDATION = ROOT / "lib" / "refusal_audit" / "assets" / "safety_validation.csv"
+VALIDATION = Path(__file__).resolve().parents[2] / "assets" / "safety_validation.csv"
 
 
 def validation(embed, threshold: float = 0.5) -> pd.DataFrame:
