@@ -38,6 +38,7 @@ from . import datasets, prompts
 from .paths import DATA_DIR, ROOT
 
 ORGANISM_DATA = DATA_DIR / "organism"
+BENIGN_TASKS = "benign_tasks.txt"  # benign tasks on alarming topics: the frames control's and the safety gate's
 ADAPTER_DIR = ROOT / "organism" / "smollm2-135m-guarded"
 
 HARD_REFUSALS = [

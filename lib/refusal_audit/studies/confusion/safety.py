@@ -57,7 +57,7 @@ def reference_pool() -> pd.DataFrame:
     xs = datasets.read(datasets.XSTEST)
     hb = datasets.read(datasets.HARMBENCH_ALL)
     hb = hb[hb["FunctionalCategory"].isin(["standard", "contextual"])]
-    benign = organism.benign_prompts() + organism.benign_prompts("benign_tasks.txt")
+    benign = organism.benign_prompts() + organism.benign_prompts(organism.BENIGN_TASKS)
     parts = [
         (xs.loc[xs["label"] == "unsafe", "prompt"], True, "xstest_unsafe"),
         (datasets.read(datasets.JBB_HARMFUL)["Goal"], True, "jailbreakbench_harmful"),

