@@ -266,30 +266,37 @@ def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
     assert runs[1]["reply"].tolist() == runs[64]["reply"].tolist()
 
 
-def test_prefill_batches_keep_window_and_reusing_prompts_alone():
-    """A prompt taking more than half its positions from its predecessor's cache or needing window
-    attention is prefilled alone, after every prompt before it; the others are batched shortest first
-    within the token budget."""
+def test_prefill_batches_keep_window_prompts_alone_and_group_by_opening():
+    """A prompt needing window attention is prefilled alone, after every prompt before it; the others are
+    grouped by their longest opening that leaves no more groups than batches, then batched shortest
+    first within the token budget (counted after the opening), the longest at most PREFILL_PAD_RATIO
+    times the shortest."""
     shared = tuple(range(100, 100 + generation.MIN_SHARED_PREFIX))
-    a, b = shared + (1,), shared + (2, 3)          # b reuses a (all but its last two positions)
+    a, b = shared + (1,), shared + (2, 3)          # b shares all but its last two positions with a
     c, d, e = (7, 1), (8, 1, 2, 3), (9,)            # no shared prefix with anything
     order = sorted([a, b, c, d, e])
     windows = dict.fromkeys(order, 0)
     assert order == [c, d, e, a, b]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(generation, "PREFILL_PAD_RATIO", 100)
-        assert generation.prefill_batches(order, windows) == [[e, c, d, a], [b]]
-        assert generation.prefill_batches(order, windows | {d: 8}) == [[c], [d], [e, a], [b]]
+        assert generation.prefill_batches(order, windows) == [[e, c, d, a, b]]
+        assert generation.prefill_batches(order, windows | {d: 8}) == [[c], [d], [e, a, b]]
         mp.setattr(generation, "PREFILL_BATCH_TOKENS", 6)  # (prompts) x (the longest) <= 6
         assert generation.prefill_batches(order, windows) == [[e, c], [d], [a], [b]]
-    # the longest of a batch at most PREFILL_PAD_RATIO (1.5) times its shortest
-    assert generation.prefill_batches(order, windows) == [[e], [c], [d], [a], [b]]
+    assert generation.prefill_batches(order, windows) == [[e], [c], [d], [a, b]]  # the pad ratio (1.5)
     f, g = (10, 1, 1, 1, 1, 1), (11, 1, 1, 1, 1, 1, 1, 1, 1)
     assert generation.prefill_batches(sorted([d, f, g]), dict.fromkeys([d, f, g], 0)) == [[d, f], [g]]
-    h = shared + tuple(range(1, generation.MIN_SHARED_PREFIX + 4))  # shares less than half with a: batched
+
+    # the frames study's shape: a chat header, one of two frame texts, a request; two batches' worth
+    header = tuple(range(200, 210))
+    prompts = [header + (f, f + 1) + tuple(range(300 + 10 * i, 301 + 10 * i + i % 3)) for f in (1, 3) for i in range(6)]
+    order = sorted(prompts)
+    assert generation.group_depth(order, 2) == len(header) + 2 and generation.group_depth(order, 1) == len(header)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(generation, "PREFILL_PAD_RATIO", 100)
-        assert generation.prefill_batches(sorted([a, h, c]), dict.fromkeys([a, h, c], 0)) == [[c, a, h]]
+        mp.setattr(generation, "PREFILL_BATCH_PROMPTS", 6)
+        batches = generation.prefill_batches(order, dict.fromkeys(order, 0))
+    assert [sorted(x) for x in batches] == [sorted(x for x in prompts if x[len(header)] == f) for f in (1, 3)]
+    assert [generation.head_length([list(x) for x in batch]) for batch in batches] == [len(header) + 2] * 2
 
 
 def test_the_converted_gguf_folder_equals_the_gguf_file(embedded):
