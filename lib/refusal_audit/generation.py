@@ -1,11 +1,11 @@
 """Generation under KV retention: ONE prefill per prompt, every policy decodes from its own copy.
 
-Prompts are prefilled in token order. A prompt that shares a leading stretch of tokens with the
-previous one (the kv study's prompts all open with the same template, system text and filler)
-reuses that stretch of its cache and runs only the rest. Consecutive prompts that reuse little and
-need no window attention (short chat prompts: frames, confusion) are prefilled together, left-padded,
-up to ``PREFILL_BATCH_TOKENS`` padded tokens, their common opening (the chat template's header)
-computed once: on CPU a forward pass reads every weight once however few tokens it carries (~0.1 s
+Prompts are prefilled in token order. A prompt that needs window attention (SnapKV) is prefilled
+alone and reuses the stretch of tokens it shares with the previous prompt (the kv study's prompts
+all open with the same template, system text and filler), running only the rest. The others are
+prefilled together, left-padded, up to ``PREFILL_BATCH_TOKENS`` padded tokens, grouped by their
+longest shared opening (the chat template's header; the frames study's frame text), which each batch
+computes once: on CPU a forward pass reads every weight once however few tokens it carries (~0.1 s
 for the 135M model), so one pass per 44-token prompt cost more than the prompt's arithmetic. Each
 policy's evicted copy of the cache becomes one row of a decode batch; rows of similar cache length
 (of many prompts and policies) decode together, left-padded to a common length with masked padding,
