@@ -116,6 +116,16 @@ def test_shipped_items_pass_and_are_sampled_per_stratum(registered):
         params({"models": ["smollm2-135m"], "data": {"per_stratum": 3, "tier_pool": 2}})
     with pytest.raises(config.ParamsError, match="per_stratum: 30 items asked for stratum"):
         F.items(params({"models": ["smollm2-135m"], "data": {"per_stratum": 30}}))
+    # a number per stratum: each stratum named, each drawn to its own size
+    sizes = {"explicit_harmful": 1, "jailbreak": 2, "borderline": 3, "benign": 4}
+    sized = F.items(params({"models": ["smollm2-135m"], "data": {"per_stratum": sizes, "tier_balance": False}}))
+    assert sized.groupby("stratum").size().to_dict() == sizes
+    with pytest.raises(config.ParamsError, match=r"frames.data.per_stratum: expected one number, or a number for each"):
+        params({"models": ["smollm2-135m"], "data": {"per_stratum": {"benign": 4}}})
+    with pytest.raises(config.ParamsError, match="frames.data.per_stratum: expected int or dict"):
+        params({"models": ["smollm2-135m"], "data": {"per_stratum": "ten"}})
+    with pytest.raises(config.ParamsError, match=r"tier_pool: expected 0 .* at least frames.data.per_stratum \(4\)"):
+        params({"models": ["smollm2-135m"], "data": {"per_stratum": sizes, "tier_pool": 3}})
 
 
 def test_the_draw_spreads_each_stratum_over_the_three_tiers():
@@ -132,6 +142,8 @@ def test_the_draw_spreads_each_stratum_over_the_three_tiers():
     assert tiers[tiers["item_id"].isin(three) & (tiers["stratum"] == "s1")]["tier"].value_counts().to_dict() == {
         "easy": 1, "medium": 1, "hard": 1}
     assert F.balanced_draw(tiers, 3, seed=0) == three  # seeded
+    sized = F.balanced_draw(tiers, {"s1": 2, "s2": 1}, seed=0)  # a number per stratum
+    assert tiers.set_index("item_id").loc[sorted(sized), "stratum"].value_counts().to_dict() == {"s1": 2, "s2": 1}
     assert len({frozenset(F.balanced_draw(tiers, 3, seed=k)) for k in range(8)}) > 1
 
 

@@ -43,13 +43,21 @@ TIERS = ("easy", "medium", "hard")
 @dataclass
 class DataParams:
     file: str = "frames/items.csv"     # relative to data/
-    per_stratum: int = 120             # items per stratum in the framed grid
+    # items per stratum in the framed grid: one number for every stratum, or stratum -> number (each named)
+    per_stratum: int | dict[str, int] = 120
     strata: list[str] = field(default_factory=lambda: list(STRATA))
     # the design's tier balance (DEFINITIONS.md): tier_pool items per stratum (seeded; 0 = all of the file's)
     # are drawn before anything is rendered and go through the calibration pass; per_stratum of them, spread
     # evenly over the reference model's three tiers, go into the framed grid. false: per_stratum drawn directly
     tier_balance: bool = True
     tier_pool: int = 0
+
+    def count(self, stratum: str) -> int:
+        """How many items of ``stratum`` the framed grid holds."""
+        return self.per_stratum[stratum] if isinstance(self.per_stratum, dict) else self.per_stratum
+
+    def counts(self) -> dict[str, int]:
+        return {s: self.count(s) for s in self.strata}
 
 
 @dataclass
@@ -126,10 +134,13 @@ def check(p, where: str) -> None:
     fr = p.studies[NAME]
     need_models(p, where, "frames.models", fr.models)
     need(reference(fr) in p.models, where, "frames.reference_model", "a model named under models", fr.reference_model)
-    need(fr.data.per_stratum >= 1, where, "frames.data.per_stratum", "an integer >= 1", fr.data.per_stratum)
-    need(fr.data.tier_pool == 0 or fr.data.tier_pool >= fr.data.per_stratum, where, "frames.data.tier_pool",
-         f"0 (every item of the stratum) or at least frames.data.per_stratum ({fr.data.per_stratum})",
-         fr.data.tier_pool)
+    sized = fr.data.per_stratum
+    need(not isinstance(sized, dict) or set(sized) == set(fr.data.strata), where, "frames.data.per_stratum",
+         f"one number, or a number for each of frames.data.strata {fr.data.strata}", sized)
+    need(all(n >= 1 for n in fr.data.counts().values()), where, "frames.data.per_stratum", "integers >= 1", sized)
+    most = max(fr.data.counts().values())
+    need(fr.data.tier_pool == 0 or fr.data.tier_pool >= most, where, "frames.data.tier_pool",
+         f"0 (every item of the stratum) or at least frames.data.per_stratum ({most})", fr.data.tier_pool)
     need(bool(fr.data.strata) and set(fr.data.strata) <= set(STRATA), where, "frames.data.strata",
          f"a non-empty subset of {list(STRATA)}", fr.data.strata)
     try:
@@ -261,10 +272,10 @@ def items(p) -> pd.DataFrame:
     parts = []
     for s in fr.data.strata:
         pool = df[df["stratum"] == s]
-        if len(pool) < fr.data.per_stratum:
-            raise ParamsError(f"{p.source_file}: frames.data.per_stratum: {fr.data.per_stratum} items asked for "
+        if len(pool) < fr.data.count(s):
+            raise ParamsError(f"{p.source_file}: frames.data.per_stratum: {fr.data.count(s)} items asked for "
                               f"stratum {s!r}, the file has {len(pool)}")
-        n = min(fr.data.tier_pool or len(pool), len(pool)) if fr.data.tier_balance else fr.data.per_stratum
+        n = min(fr.data.tier_pool or len(pool), len(pool)) if fr.data.tier_balance else fr.data.count(s)
         parts.append(pool.sample(n, random_state=p.seed).sort_values("item_id"))
     out = pd.concat(parts, ignore_index=True)
     out = out.assign(study=NAME, role=out["stratum"], text=out["source_text"], choices="", answer="")
@@ -327,18 +338,20 @@ def tiers_from(calibration: pd.DataFrame, drop_untiered: bool = False) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def balanced_draw(tiers: pd.DataFrame, per_stratum: int, seed: int) -> set[str]:
-    """The items of the framed grid: per stratum, ``per_stratum`` tiered items taken one tier at a time
+def balanced_draw(tiers: pd.DataFrame, per_stratum: int | dict[str, int], seed: int) -> set[str]:
+    """The items of the framed grid: per stratum, ``per_stratum`` (one number, or stratum -> number)
+    tiered items taken one tier at a time
     (easy, medium, hard, easy, ...; each tier's items in a seeded order), so that each stratum is spread
     as evenly over the three tiers as its candidates allow (a tier that runs out leaves its turns to the
     others). ``tiers``: item_id, stratum, tier (untiered items, tier "none", are never drawn)."""
     chosen: set[str] = set()
-    for _, g in tiers[tiers["tier"].isin(TIERS)].groupby("stratum", sort=True):
+    for stratum, g in tiers[tiers["tier"].isin(TIERS)].groupby("stratum", sort=True):
         queues = {t: g.loc[g["tier"] == t, "item_id"].sample(frac=1, random_state=seed).tolist() for t in TIERS}
+        wanted = per_stratum[stratum] if isinstance(per_stratum, dict) else per_stratum
         taken = 0
-        while taken < per_stratum and any(queues.values()):
+        while taken < wanted and any(queues.values()):
             for t in TIERS:
-                if queues[t] and taken < per_stratum:
+                if queues[t] and taken < wanted:
                     chosen.add(queues[t].pop(0))
                     taken += 1
     return chosen
@@ -370,7 +383,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     tiers = tiers_from(calib, fr.drop_untiered)
     tiers = tiers.merge(ref_prompts[["item_id", "role"]].drop_duplicates("item_id").rename(columns={"role": "stratum"}),
                         on="item_id")
-    selected = (balanced_draw(tiers, fr.data.per_stratum, p.seed) if fr.data.tier_balance
+    selected = (balanced_draw(tiers, fr.data.counts(), p.seed) if fr.data.tier_balance
                 else set(tiers.loc[tiers["tier"] != "none", "item_id"]))
     tiers = tiers.assign(selected=tiers["item_id"].isin(selected))
     store.write_atomic(tiers.assign(reference_model=ref), folder / f"{NAME}_tiers.parquet")
@@ -556,7 +569,7 @@ def plan(p) -> pd.DataFrame:
     per = P.CHAT_OVERHEAD + P.tokens(fr.wrapper) + frame_tokens + body
     decodes = len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
     pool = len(it) * len(PARAPHRASES)
-    n = len(fr.data.strata) * fr.data.per_stratum * len(PARAPHRASES)
+    n = sum(fr.data.counts().values()) * len(PARAPHRASES)
     rows = []
     calibrated = pool if reference(fr) not in fr.models else pool - n  # the selected items' rows are the grid's
     if calibrated:
