@@ -134,17 +134,17 @@ def test_the_draw_spreads_each_stratum_over_the_three_tiers():
     tiers = pd.DataFrame({"item_id": [f"e{i}" for i in range(5)] + ["m0"] + ["h0", "h1"] + ["x0", "x1", "x2", "n0"],
                           "stratum": ["s1"] * 8 + ["s2"] * 4,
                           "tier": ["easy"] * 5 + ["medium"] + ["hard"] * 2 + ["easy", "hard", "hard", "none"]})
-    drawn = F.balanced_draw(tiers, 6, seed=0)
+    drawn = F.balanced_draw(tiers, {"s1": 6, "s2": 6}, seed=0)
     s1 = tiers[tiers["item_id"].isin(drawn) & (tiers["stratum"] == "s1")]["tier"].value_counts().to_dict()
     assert s1 == {"easy": 3, "medium": 1, "hard": 2}
     assert {"x0", "x1", "x2"} <= drawn and "n0" not in drawn
-    three = F.balanced_draw(tiers, 3, seed=0)
+    three = F.balanced_draw(tiers, {"s1": 3, "s2": 3}, seed=0)
     assert tiers[tiers["item_id"].isin(three) & (tiers["stratum"] == "s1")]["tier"].value_counts().to_dict() == {
         "easy": 1, "medium": 1, "hard": 1}
-    assert F.balanced_draw(tiers, 3, seed=0) == three  # seeded
-    sized = F.balanced_draw(tiers, {"s1": 2, "s2": 1}, seed=0)  # a number per stratum
+    assert F.balanced_draw(tiers, {"s1": 3, "s2": 3}, seed=0) == three  # seeded
+    sized = F.balanced_draw(tiers, {"s1": 2, "s2": 1}, seed=0)  # each stratum its own size
     assert tiers.set_index("item_id").loc[sorted(sized), "stratum"].value_counts().to_dict() == {"s1": 2, "s2": 1}
-    assert len({frozenset(F.balanced_draw(tiers, 3, seed=k)) for k in range(8)}) > 1
+    assert len({frozenset(F.balanced_draw(tiers, {"s1": 3, "s2": 3}, seed=k)) for k in range(8)}) > 1
 
 
 def test_tiers_by_thirds_and_an_uncomputable_tier():

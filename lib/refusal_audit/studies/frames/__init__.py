@@ -57,6 +57,7 @@ class DataParams:
         return self.per_stratum[stratum] if isinstance(self.per_stratum, dict) else self.per_stratum
 
     def counts(self) -> dict[str, int]:
+        """stratum -> items in the framed grid, for every stratum of the draw."""
         return {s: self.count(s) for s in self.strata}
 
 
@@ -338,16 +339,15 @@ def tiers_from(calibration: pd.DataFrame, drop_untiered: bool = False) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def balanced_draw(tiers: pd.DataFrame, per_stratum: int | dict[str, int], seed: int) -> set[str]:
-    """The items of the framed grid: per stratum, ``per_stratum`` (one number, or stratum -> number)
-    tiered items taken one tier at a time
+def balanced_draw(tiers: pd.DataFrame, sizes: dict[str, int], seed: int) -> set[str]:
+    """The items of the framed grid: per stratum, ``sizes[stratum]`` tiered items taken one tier at a time
     (easy, medium, hard, easy, ...; each tier's items in a seeded order), so that each stratum is spread
     as evenly over the three tiers as its candidates allow (a tier that runs out leaves its turns to the
     others). ``tiers``: item_id, stratum, tier (untiered items, tier "none", are never drawn)."""
     chosen: set[str] = set()
     for stratum, g in tiers[tiers["tier"].isin(TIERS)].groupby("stratum", sort=True):
         queues = {t: g.loc[g["tier"] == t, "item_id"].sample(frac=1, random_state=seed).tolist() for t in TIERS}
-        wanted = per_stratum[stratum] if isinstance(per_stratum, dict) else per_stratum
+        wanted = sizes[stratum]
         taken = 0
         while taken < wanted and any(queues.values()):
             for t in TIERS:
