@@ -30,8 +30,8 @@ install: $(VENV)/.installed
 # dependency can pull a CUDA build. The two model packages are installed without dependencies.
 # uv resolves and installs what pip would (the same versions) in ~20 s instead of ~2 min 20 s; it does
 # not read pip's configuration, so pip's find-links (where a machine keeps its CPU torch wheel) are passed on.
-FIND_LINKS := $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(PY) $(addprefix --find-links ,$(FIND_LINKS))
+FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_PIP = $(VENV)/bin/uv pip install --quiet --python $(PY) $(addprefix --find-links ,$(FIND_LINKS))
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv
