@@ -112,17 +112,14 @@ def _coerce(value, tp, key: str, where: str):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        for tp_i in inner[:-1]:  # several types (e.g. int | dict[str, int]): the first that takes the value
+        for tp_i in inner:  # several types (e.g. int | dict[str, int]): the first that takes the value
             try:
                 return _coerce(value, tp_i, key, where)
-            except ParamsError:
-                pass
-        try:
-            return _coerce(value, inner[-1], key, where)
-        except ParamsError:
-            if len(inner) == 1:
-                raise
-            raise ParamsError(f"{where}: {key}: expected {' or '.join(map(_type_name, inner))}, got {value!r}") from None
+            except ParamsError as e:
+                error = e
+        if len(inner) == 1:
+            raise error
+        raise ParamsError(f"{where}: {key}: expected {' or '.join(map(_type_name, inner))}, got {value!r}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ParamsError(f"{where}: {key}: expected a mapping, got {value!r}")

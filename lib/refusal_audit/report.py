@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import contamination, datasets, studies
+from .config import testbed_note
 from .paths import DATA_DIR, ROOT
 
 ORGANISM_DATA = ROOT / "organism" / "training_data.csv"
@@ -126,13 +127,12 @@ def write(run) -> Path:
     from nbconvert import HTMLExporter
 
     p = run.p
-    testbeds = [name for name, m in p.models.items() if m.testbed]
     head = [f"<h1>refusal-audit report: run {html.escape(p.run_name)}</h1>",
             f"<p>params: <code>{html.escape(p.source_file)}</code>; studies: {', '.join(run.names)}</p>"]
+    testbeds = testbed_note(p, list(p.models))  # the sentence every caption and notebook summary opens with
     if testbeds:
-        head.append("<p class='testbed'><b>TESTBED</b>: " + ", ".join(testbeds) + " — model organisms built in this "
-                    "repository to refuse (or to react to framing); a testbed, never evidence about production "
-                    "models.</p>")
+        word, rest = testbeds.split(":", 1)
+        head.append(f"<p class='testbed'><b>{word}</b>:{html.escape(rest)}</p>")
     overlap_file = run.dir / "contamination.csv"
     overlap = pd.read_csv(overlap_file) if overlap_file.is_file() else None
     head.append("<h2>Verdicts</h2>")
