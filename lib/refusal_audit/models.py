@@ -177,16 +177,20 @@ def readable(where: Resolved) -> Resolved:
         tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".converting-")
         try:
             # transformers' loader builds gguf's tensor-name map afresh for every submodule (397 times, 13 of
-            # the 31 s a load of the embedded model takes); the map is a pure function of (arch, layers)
-            memo = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
-            with _quiet_loading(), mock.patch.object(gguf, "get_tensor_name_map", memo):
+            # the 31 s a load of the embedded model takes); the map is a pure function of (arch, layers). It also
+            # parses the file once each for the config, the weights and the tokenizer (4.6 s each): parsed once
+            # here (the reader is a read-only memory map)
+            names = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
+            reader = functools.lru_cache(maxsize=None)(gguf.GGUFReader)
+            with _quiet_loading(), mock.patch.object(gguf, "get_tensor_name_map", names), \
+                    mock.patch.object(gguf, "GGUFReader", reader):
                 model = AutoModelForCausalLM.from_pretrained(where.directory, gguf_file=where.gguf_file,
                                                              dtype=torch.float32, trust_remote_code=False)
                 model.hf_quantizer = None  # the tensors are plain fp32 already; only this marker of the GGUF
                 model.config.__dict__.pop("quantization_config", None)  # origin makes save_pretrained refuse
                 model.save_pretrained(tmp)
-            AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file,
-                                          trust_remote_code=False).save_pretrained(tmp)
+                AutoTokenizer.from_pretrained(where.directory, gguf_file=where.gguf_file,
+                                              trust_remote_code=False).save_pretrained(tmp)
             os.rename(tmp, folder)  # atomic
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
