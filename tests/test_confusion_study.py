@@ -74,7 +74,7 @@ class NoLoad(Pool):
     ({"metrics": {"weights": [0, 0, 0]}}, "confusion.metrics.weights"),
     ({"metrics": {"scope": "world"}}, "confusion.metrics.scope"),
     ({"data": {"k": 0}}, "confusion.data.k"),
-    ({"data": {"clusters": {"advbench": 2}}}, "confusion.data.clusters.advbench"),
+    ({"data": {"clusters": {"openai_moderation": 2}}}, "confusion.data.clusters.openai_moderation"),
     ({"data": {"source": "sets"}}, "confusion.data.source"),
     ({"models": ["gpt-9"]}, "confusion.models[0]"),
     ({"models": []}, "confusion.models"),
@@ -146,6 +146,39 @@ def test_the_cluster_file_is_checked_row_by_row(tmp_path):
         CL.read_file(tmp_path / "d.csv")
     with pytest.raises(ParamsError, match=r"confusion\.data\.clusters\.xstest: asked for 99 clusters"):
         CL.select(CL.read_file(ROOT / "data" / "confusion" / "clusters.csv"), {"xstest": 99}, 5, 0, "test.yaml")
+
+
+def test_seeds_from_the_sets_are_each_request_once():
+    """Every seed set draws with its label and its own cluster ids; a set listed after another loses the
+    requests the earlier one holds (JailbreakBench's harmful behaviours repeat 9 of HarmBench's standard
+    ones), and asking for more than is left names the file and the count."""
+    from refusal_audit.contamination import normalise
+
+    names = {"xstest": 250, "jailbreakbench_benign": 100, "xstest_unsafe": 200, "harmbench": 200,
+             "jailbreakbench_harmful": 91, "advbench": 5, "strongreject": 5}
+    seeds = CL.seeds_from_sets(names, 0)
+    assert seeds.groupby("dataset", sort=False).size().to_dict() == names
+    assert seeds["cluster_id"].is_unique and seeds["prompt"].map(normalise).is_unique
+    assert set(seeds.loc[seeds["dataset"].isin(["xstest", "jailbreakbench_benign"]), "label"]) == {"safe"}
+    assert set(seeds.loc[~seeds["dataset"].isin(["xstest", "jailbreakbench_benign"]), "label"]) == {"unsafe"}
+    assert len(CL.seed_pool("jailbreakbench_harmful", set())) == 100
+    with pytest.raises(ValueError, match=r"behaviors.csv: asked for 92 jailbreakbench_harmful seeds, the set has 91"):
+        CL.seeds_from_sets({"harmbench": 200, "jailbreakbench_harmful": 92}, 0)
+
+
+def test_the_paper_corpus_is_about_ten_thousand_prompts():
+    """params/paper/confusion_paraguard.yaml: the paper's 10k (before the gates), each request once, the
+    safety ensemble's classes both left after its leave-out of every seed request."""
+    from refusal_audit.contamination import normalise
+    from refusal_audit.studies.confusion import safety
+
+    p = config.load(ROOT / "params" / "paper" / "confusion_paraguard.yaml")
+    seeds = C.seed_rows(p)
+    n = len(seeds) * (1 + p.studies["confusion"].data.k)
+    assert 9_500 <= n <= 10_500 and seeds["prompt"].map(normalise).is_unique
+    pool = safety.reference_pool()
+    left = pool[~pool["text"].map(normalise).isin(set(seeds["prompt"].map(normalise)))]
+    assert left["unsafe"].sum() >= 500 and (~left["unsafe"]).sum() >= 300
 
 
 def test_gates_give_every_failing_paraphrase_its_reason():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -39,12 +40,33 @@ FILE_COLUMNS = ["cluster_id", "member", "rule", "prompt", "label", "dataset", "s
 LABELS = ("safe", "unsafe")
 _TOKEN = re.compile(r"\w+")
 JACCARD_TOLERANCE = 1e-12
-# the public sets the paraphraser's seeds can be drawn from: dataset name -> (file, text column, filter, label)
+class SeedSet(NamedTuple):
+    """A public set the paraphraser's seeds can be drawn from: its file, text column, row filter
+    (column, value), intended label, category column, licence, id column (None: the file row) and the
+    short code in its cluster ids (``cf-<short>-<id>``)."""
+
+    path: Path
+    text: str
+    keep: tuple[str, str] | None
+    label: str
+    category: str | None
+    licence: str
+    key: str | None
+    short: str
+
+
 SEED_SETS = {
-    "xstest": (datasets.XSTEST, "prompt", ("label", "safe"), "safe", "type", "CC-BY-4.0"),
-    "jailbreakbench_benign": (datasets.JBB_BENIGN, "goal", None, "safe", "category", "MIT"),
-    "harmbench": (datasets.HARMBENCH_ALL, "Behavior", ("FunctionalCategory", "standard"), "unsafe",
-                  "SemanticCategory", "MIT"),
+    # benign look-alikes (the paper's kind: over-refusal seeds)
+    "xstest": SeedSet(datasets.XSTEST, "prompt", ("label", "safe"), "safe", "type", "CC-BY-4.0", "id", "xs"),
+    "jailbreakbench_benign": SeedSet(datasets.JBB_BENIGN, "goal", None, "safe", "category", "MIT", "index", "jb"),
+    # harmful contrasts
+    "xstest_unsafe": SeedSet(datasets.XSTEST, "prompt", ("label", "unsafe"), "unsafe", "type", "CC-BY-4.0", "id",
+                             "xu"),
+    "harmbench": SeedSet(datasets.HARMBENCH_ALL, "Behavior", ("FunctionalCategory", "standard"), "unsafe",
+                         "SemanticCategory", "MIT", "BehaviorID", "hb"),
+    "jailbreakbench_harmful": SeedSet(datasets.JBB_HARMFUL, "Goal", None, "unsafe", "Category", "MIT", None, "jh"),
+    "advbench": SeedSet(datasets.ADVBENCH, "goal", None, "unsafe", None, "MIT", None, "ab"),
+    "strongreject": SeedSet(datasets.STRONGREJECT, "forbidden_prompt", None, "unsafe", "category", "MIT", None, "sr"),
 }
 
 
@@ -115,25 +137,39 @@ def select(df: pd.DataFrame, per_dataset: dict[str, int], k: int, seed: int, whe
     return out.reset_index(drop=True)
 
 
+def seed_pool(name: str, earlier: set[str]) -> pd.DataFrame:
+    """The rows of seed set ``name`` that can be seeds: its filter applied, and every row whose text
+    (normalised as the contamination audit does) is in ``earlier`` dropped, so that one request is never
+    the seed of two clusters (JailbreakBench's harmful behaviours repeat 9 of HarmBench's)."""
+    from ...contamination import normalise
+
+    s = SEED_SETS[name]
+    raw = datasets.read(s.path)
+    if s.keep:
+        raw = raw[raw[s.keep[0]] == s.keep[1]]
+    return raw[~raw[s.text].astype(str).map(normalise).isin(earlier)]
+
+
 def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
-    """Seed rows (member 0) drawn under ``seed`` from the public sets, for the LLM paraphraser."""
-    parts = []
+    """Seed rows (member 0) drawn under ``seed`` from the public sets, for the LLM paraphraser: each set
+    in the order given, less the requests of the sets before it (``seed_pool``)."""
+    from ...contamination import normalise
+
+    parts, earlier = [], set()
     for name, n in per_dataset.items():
-        path, column, keep, label, category, licence = SEED_SETS[name]
-        raw = datasets.read(path)
-        if keep:
-            raw = raw[raw[keep[0]] == keep[1]]
+        s = SEED_SETS[name]
+        raw = seed_pool(name, earlier)
         if n > len(raw):
-            raise ValueError(f"{path.name}: asked for {n} seeds, the set has {len(raw)}")
+            raise ValueError(f"{s.path.name}: asked for {n} {name} seeds, the set has {len(raw)} (after its filter and "
+                             "without the requests of the sets listed before it)")
+        earlier |= set(raw[s.text].astype(str).map(normalise))
         pick = raw.sample(n, random_state=seed).sort_values("source_row")
-        key = {"xstest": pick.get("id"), "jailbreakbench_benign": pick.get("index"),
-               "harmbench": pick.get("BehaviorID")}[name]
-        short = {"xstest": "xs", "jailbreakbench_benign": "jb", "harmbench": "hb"}[name]
+        key = pick[s.key] if s.key else pick["source_row"]
         parts.append(pd.DataFrame({
-            "cluster_id": [f"cf-{short}-{v}" for v in key], "member": 0, "rule": "seed",
-            "prompt": pick[column].values, "label": label, "dataset": name,
-            "source_file": path.relative_to(DATA_DIR).as_posix(), "source_row": pick["source_row"].values,
-            "source_type": pick[category].values, "licence": licence}))
+            "cluster_id": [f"cf-{s.short}-{v}" for v in key], "member": 0, "rule": "seed",
+            "prompt": pick[s.text].values, "label": s.label, "dataset": name,
+            "source_file": s.path.relative_to(DATA_DIR).as_posix(), "source_row": pick["source_row"].values,
+            "source_type": pick[s.category].values if s.category else "", "licence": s.licence}))
     return pd.concat(parts, ignore_index=True)
 
 
