@@ -44,6 +44,14 @@ def test_wilson_196_of_200_by_hand():
     assert (round(r.lo, 4), round(r.hi, 4)) == (0.9497, 0.9922)
 
 
+def test_wilson_holds_the_rate_at_the_edges():
+    """At k = 0 and k = n the interval ends at the rate exactly (the closed form gives 0 and 1; a figure's
+    error bar rate - lo must not be negative)."""
+    for n in range(1, 80):
+        assert stats.wilson(0, n).lo == 0.0 and stats.wilson(n, n).hi == 1.0
+        assert all(r.lo <= r.rate <= r.hi for r in (stats.wilson(k, n) for k in range(n + 1)))
+
+
 @pytest.mark.parametrize("k, n", [(-1, 10), (11, 10), (0, 0)])
 def test_wilson_rejects_impossible_counts(k, n):
     with pytest.raises(ValueError):

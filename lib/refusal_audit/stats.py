@@ -32,13 +32,15 @@ class Rate:
 
 
 def wilson(k: int, n: int, alpha: float = 0.05) -> Rate:
-    """Wilson score interval for k successes out of n (statsmodels' ``method="wilson"``)."""
+    """Wilson score interval for k successes out of n (statsmodels' ``method="wilson"``). It always holds
+    k / n; statsmodels' floating point can leave it out by an ulp at k = 0 or n (12 of 12: hi = 1 - 1e-16),
+    so the bounds are clipped to it."""
     if n <= 0:
         raise ValueError(f"wilson: n must be positive, got {n}")
     if not 0 <= k <= n:
         raise ValueError(f"wilson: need 0 <= k <= n, got k={k}, n={n}")
     lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
-    return Rate(int(k), int(n), k / n, float(lo), float(hi))
+    return Rate(int(k), int(n), k / n, min(float(lo), k / n), max(float(hi), k / n))
 
 
 @dataclass(frozen=True)
