@@ -172,13 +172,15 @@ def test_the_paper_corpus_is_about_ten_thousand_prompts():
     from refusal_audit.contamination import normalise
     from refusal_audit.studies.confusion import safety
 
+    from refusal_audit.encoder import embed
+
     p = config.load(ROOT / "params" / "paper" / "confusion_paraguard.yaml")
     seeds = C.seed_rows(p)
     n = len(seeds) * (1 + p.studies["confusion"].data.k)
     assert 9_500 <= n <= 10_500 and seeds["prompt"].map(normalise).is_unique
-    pool = safety.reference_pool()
-    left = pool[~pool["text"].map(normalise).isin(set(seeds["prompt"].map(normalise)))]
-    assert left["unsafe"].sum() >= 500 and (~left["unsafe"]).sum() >= 300
+    texts = seeds["prompt"].tolist()
+    kept = safety.fit(texts, embed(texts), embed).pool  # 837 unsafe, 299 safe when measured
+    assert kept["unsafe"].sum() >= 500 and (~kept["unsafe"]).sum() >= 250
 
 
 def test_gates_give_every_failing_paraphrase_its_reason():
