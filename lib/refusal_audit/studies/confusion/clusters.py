@@ -40,6 +40,8 @@ FILE_COLUMNS = ["cluster_id", "member", "rule", "prompt", "label", "dataset", "s
 LABELS = ("safe", "unsafe")
 _TOKEN = re.compile(r"\w+")
 JACCARD_TOLERANCE = 1e-12
+
+
 class SeedSet(NamedTuple):
     """A public set the paraphraser's seeds can be drawn from: its file, text column, row filter
     (column, value), intended label, category column, licence, id column (None: the file row) and the
