@@ -1,5 +1,7 @@
 """The frames study: the one-slot wrapper and its token-level locality proof, bad input stopped before
 any generation, tiers, Min-K% Prob, and the statistics on data with a planted frame effect."""
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -268,6 +270,10 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     assert rev.loc[("all", "m1", "E-N"), "n_items"] == 30 and rev.loc[("all", "m1", "E-N"), "n_reversed"] <= 3
     sentences = analysis.verdicts(t, 0.05)
     assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
+    # the report's verdict: the significant and the untestable tests in words, one line for the rest
+    said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05)), {"confirmatory": t})
+    named = [v for v in sentences if ": significant" in v or "NOT TESTED" in v]
+    assert said[1:-1] == named and said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
     assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
 
 

@@ -503,7 +503,8 @@ def reporting(p) -> dict[str, str]:
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     """The study's answer in words (report.html opens with it): a count of the confirmatory family's
-    significant tests, then one sentence per confirmatory and null-control test (``analysis.verdicts``)."""
+    significant tests, then one sentence per significant or untestable test (``analysis.verdicts``) and one
+    line for the rest (notebook 05 says every test in words)."""
     from .analysis import verdicts as sentences
 
     conf, alpha = tables["confirmatory"], p.stats.alpha
@@ -516,7 +517,12 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     f"{len(null)} tests significant after Holm ("
                     + ("rejected, as it must be)." if not (null["p_holm"] < alpha).any() else "NOT rejected).")
                     )
-    return head + sentences(conf, alpha)
+    tested = pd.concat([fam, null])
+    said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok")]
+    rest = len(tested) - len(said)
+    return head + sentences(said, alpha) + ([f"The other {rest} tests are not significant after Holm (each in words "
+                                             "in notebook 05, each a row of stats/frames/confirmatory.csv)."]
+                                            if rest else [])
 
 
 # --- what the notebooks show ----------------------------------------------------------------------------
