@@ -170,9 +170,8 @@ def test_the_paper_corpus_is_about_ten_thousand_prompts():
     """params/paper/confusion_paraguard.yaml: the paper's 10k (before the gates), each request once, the
     safety ensemble's classes both left after its leave-out of every seed request."""
     from refusal_audit.contamination import normalise
-    from refusal_audit.studies.confusion import safety
-
     from refusal_audit.encoder import embed
+    from refusal_audit.studies.confusion import safety
 
     p = config.load(ROOT / "params" / "paper" / "confusion_paraguard.yaml")
     seeds = C.seed_rows(p)
