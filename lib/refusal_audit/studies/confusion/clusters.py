@@ -140,23 +140,23 @@ def select(df: pd.DataFrame, per_dataset: dict[str, int], k: int, seed: int, whe
 
 
 def seed_pool(name: str, earlier: set[str]) -> pd.DataFrame:
-    """The rows of seed set ``name`` that can be seeds: its filter applied, and every row whose text
-    (normalised as the contamination audit does) is in ``earlier`` dropped, so that one request is never
-    the seed of two clusters (JailbreakBench's harmful behaviours repeat 9 of HarmBench's)."""
+    """The rows of seed set ``name`` that can be seeds, with their text normalised as the contamination
+    audit does (column ``normalised``): its filter applied, and every row whose normalised text is in
+    ``earlier`` dropped, so that one request is never the seed of two clusters (JailbreakBench's harmful
+    behaviours repeat 9 of HarmBench's)."""
     from ...contamination import normalise
 
     s = SEED_SETS[name]
     raw = datasets.read(s.path)
     if s.keep:
         raw = raw[raw[s.keep[0]] == s.keep[1]]
-    return raw[~raw[s.text].astype(str).map(normalise).isin(earlier)]
+    raw = raw.assign(normalised=raw[s.text].astype(str).map(normalise))
+    return raw[~raw["normalised"].isin(earlier)]
 
 
 def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
     """Seed rows (member 0) drawn under ``seed`` from the public sets, for the LLM paraphraser: each set
     in the order given, less the requests of the sets before it (``seed_pool``)."""
-    from ...contamination import normalise
-
     parts, earlier = [], set()
     for name, n in per_dataset.items():
         s = SEED_SETS[name]
@@ -164,7 +164,7 @@ def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
         if n > len(raw):
             raise ValueError(f"{s.path.name}: asked for {n} {name} seeds, the set has {len(raw)} (after its filter and "
                              "without the requests of the sets listed before it)")
-        earlier |= set(raw[s.text].astype(str).map(normalise))
+        earlier |= set(raw["normalised"])
         pick = raw.sample(n, random_state=seed).sort_values("source_row")
         key = pick[s.key] if s.key else pick["source_row"]
         parts.append(pd.DataFrame({
