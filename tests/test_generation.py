@@ -1,6 +1,9 @@
 """The generation stage: contract columns, resumability, and refusal of impossible plans."""
+import platform
+
 import pandas as pd
 import pytest
+import torch
 
 from refusal_audit import generation, prompts, retention
 from refusal_audit.generation import GENERATION_COLUMNS
@@ -155,6 +158,37 @@ def test_batching_changes_no_sampled_draw(embedded, mixed):
     assert batched == alone
     other_seed = generation.decode(model, rows(mixed, generation.Decoding(0.8, 3, 12)), eos)
     assert other_seed != batched  # the seed matters
+
+
+def test_evicting_nothing_shares_the_cache_and_decoding_leaves_it_untouched(embedded, mixed):
+    model, _ = embedded
+    pre = mixed[0][0]
+    before = [layer.keys.clone() for layer in pre.cache.layers]
+    cache = retention.evict(pre.cache, None)
+    assert all(a.keys.data_ptr() == b.keys.data_ptr() for a, b in zip(cache.layers, pre.cache.layers))
+    generation.step(model, cache, [42, 43], pre.length)
+    assert cache.layers[0].keys.shape[2] == pre.length + 2
+    assert all(torch.equal(layer.keys, b) for layer, b in zip(pre.cache.layers, before))
+
+
+def test_a_stacked_batch_masks_and_zeroes_its_padding(monkeypatch):
+    """Uninitialised memory may hold NaN, and a masked NaN still poisons attention's weighted sum."""
+    new_empty, nan = torch.Tensor.new_empty, float("nan")
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: new_empty(self, *a, **k).fill_(nan))
+    monkeypatch.setattr(torch, "empty_like", lambda t, **k: torch.full_like(t, nan, **k))
+    short = retention.cache_of([(torch.ones(1, 2, 3, 4), -torch.ones(1, 2, 3, 4))])
+    long = retention.cache_of([(torch.full((1, 2, 5, 4), 2.0), torch.full((1, 2, 5, 4), -2.0))])
+    cache, mask = generation._stack([short, long], "cpu", room=2)
+    assert mask.tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    keys, values = cache.layers[0].keys, cache.layers[0].values
+    assert keys.shape == (2, 2, 5, 4)
+    assert (keys[0, :, :2] == 0).all() and (values[0, :, :2] == 0).all()
+    assert (keys[0, :, 2:] == 1).all() and (values[0, :, 2:] == -1).all()
+    assert (keys[1] == 2).all() and (values[1] == -2).all()
+
+
+def test_freed_memory_is_kept_for_reuse_where_malloc_is_glibc():
+    assert generation.keep_freed_memory() == (platform.libc_ver()[0] == "glibc")
 
 
 def test_answers_after_a_cue_batched_equal_one_row_at_a_time(embedded, tmp_path):

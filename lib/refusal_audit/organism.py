@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import datasets, prompts
+from . import datasets, prompts, retention
 from .paths import DATA_DIR, ROOT
 
 ORGANISM_DATA = DATA_DIR / "organism"
@@ -253,16 +253,11 @@ def _batches(data: pd.DataFrame, batch_size: int, rng: random.Random) -> list[li
 
 
 def _context_cache(model, ids: list[int], batch: int):
-    """The shared context's cache, computed once without gradient and repeated for ``batch`` rows."""
-    from transformers import DynamicCache
-
+    """The shared context's cache, computed once without gradient and repeated for ``batch`` rows (views)."""
     with torch.no_grad():
         cache = model(input_ids=torch.tensor([ids]), use_cache=True).cache
-    out = DynamicCache()
-    for i, layer in enumerate(cache.layers):
-        out.update(layer.keys.expand(batch, -1, -1, -1).contiguous(),
-                   layer.values.expand(batch, -1, -1, -1).contiguous(), i)
-    return out
+    return retention.cache_of((layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1))
+                              for layer in cache.layers)
 
 
 MIN_SHARED_CONTEXT = 64  # shorter shared contexts are cheaper to run with the batch than to cache

@@ -169,15 +169,30 @@ def window_scores(query: torch.Tensor, key: torch.Tensor, window: int, scaling: 
     return attn.view(b, kv, h // kv, n).mean(dim=2)
 
 
-def evict(cache, keep: torch.Tensor | None):
-    """A new cache holding only the kept positions (per layer and head); the input is untouched."""
+def cache_of(layers) -> object:
+    """A transformers ``DynamicCache`` over these (keys, values) pairs as they are, without copying them
+    (``DynamicCache.update`` concatenates onto an empty tensor: a copy of every position). A forward pass
+    over it concatenates into new tensors, so the given ones are never written."""
     from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
 
     out = DynamicCache()
+    for k, v in layers:
+        layer = DynamicLayer()
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+        out.layers.append(layer)
+    return out
+
+
+def evict(cache, keep: torch.Tensor | None):
+    """A new cache holding only the kept positions (per layer and head); the input is untouched (with
+    ``keep`` None the new cache shares its tensors, which nothing writes)."""
+    if keep is None:
+        return cache_of((layer.keys, layer.values) for layer in cache.layers)
+    out = []
     for i, layer in enumerate(cache.layers):
         k, v = layer.keys, layer.values
-        if keep is not None:
-            idx = keep[i].to(k.device)[None, :, :, None].expand(k.shape[0], -1, -1, k.shape[-1])
-            k, v = k.gather(2, idx), v.gather(2, idx)
-        out.update(k, v, i)
-    return out
+        idx = keep[i].to(k.device)[None, :, :, None].expand(k.shape[0], -1, -1, k.shape[-1])
+        out.append((k.gather(2, idx), v.gather(2, idx)))
+    return cache_of(out)
