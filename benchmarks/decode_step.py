@@ -19,7 +19,6 @@ from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from refusal_audit import datasets, generation, models, prompts, retention  # noqa: E402
