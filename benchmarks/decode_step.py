@@ -28,6 +28,7 @@ from refusal_audit.studies.kv import Params as KvParams  # noqa: E402
 KINDS = {  # operator name -> kind; anything else is "elementwise and small ops"
     "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+    "aten::equal": "finding the shared prefix", "aten::eq": "finding the shared prefix",
     "aten::argmax": "sampling", "aten::softmax": "sampling", "aten::cumsum": "sampling",
     "aten::searchsorted": "sampling", "aten::copy_": "copies", "aten::cat": "copies", "aten::fill_": "copies",
 }
@@ -60,7 +61,8 @@ def main() -> None:
     rows = batch()
     positions = max(r.cache.layers[0].keys.shape[2] for r in rows)
     t0 = time.perf_counter()
-    stacked = generation._stack([r.cache for r in rows], "cpu", args.steps + 1)
+    shared = generation.shared_positions([r.cache for r in rows])  # as decode does
+    stacked = generation._stack([r.cache for r in rows], "cpu", args.steps + 1, shared)
     t_stack = time.perf_counter() - t0
     del stacked
     t_all = float("inf")
@@ -70,7 +72,7 @@ def main() -> None:
         generation.decode(model, rows, set())
         t_all = min(t_all, time.perf_counter() - t0)
     step = (t_all - t_stack) / args.steps
-    print(f"{args.rows} rows, {args.policy}, cache {positions} positions: stacking "
+    print(f"{args.rows} rows, {args.policy}, cache {positions} positions ({shared} shared by every row): stacking "
           f"{t_stack:.2f} s, a step {1000 * step:.0f} ms, {args.rows / step:.1f} tok/s")
 
     rows = batch()

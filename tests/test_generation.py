@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from refusal_audit import generation, prompts, retention
+from refusal_audit import attention, generation, prompts, retention
 from refusal_audit.generation import GENERATION_COLUMNS
 from refusal_audit.store import ShardStore
 
@@ -390,3 +390,81 @@ def test_a_conversion_under_way_elsewhere_is_waited_for_not_repeated(tmp_path, m
     assert models.readable(where) == models.Resolved(str(folder), None)
     assert time.perf_counter() - started > 0.5  # it waited for the holder
     assert holder.wait(timeout=30) == 0
+
+
+# --- a prefix every row shares, attended once ------------------------------------------------------------
+def test_attention_after_a_shared_prefix_equals_attention_over_each_rows_whole_cache():
+    """Against SDPA (float64) over each row's prefix + own positions, with GQA, left padding and a
+    soft-cap (against the capped softmax written out)."""
+    g = torch.Generator().manual_seed(0)
+    batch, kv_heads, group, dim, shared, own = 3, 2, 3, 8, 70, 9
+    q = torch.randn(batch, kv_heads * group, 1, dim, generator=g, dtype=torch.float64)
+    pk, pv = (torch.randn(1, kv_heads, shared, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(batch, kv_heads, own, dim, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.ones(batch, 1, 1, own, dtype=torch.bool)
+    mask[1, ..., :4] = False  # row 1: four positions of padding
+    keys = torch.cat([pk.expand(batch, -1, -1, -1), k], dim=2).repeat_interleave(group, dim=1)
+    values = torch.cat([pv.expand(batch, -1, -1, -1), v], dim=2).repeat_interleave(group, dim=1)
+    full_mask = torch.cat([torch.ones(batch, 1, 1, shared, dtype=torch.bool), mask], dim=-1)
+    for softcap in (None, 2.0):
+        out, _ = attention.attend_after_prefix(q, pk, pv, k, v, mask, 0.3, softcap)
+        logits = (q @ keys.transpose(2, 3)) * 0.3
+        if softcap:
+            logits = softcap * torch.tanh(logits / softcap)
+        ref = torch.softmax(logits.masked_fill(~full_mask, float("-inf")), dim=-1) @ values
+        assert out.shape == (batch, 1, kv_heads * group, dim)
+        assert torch.allclose(out.transpose(1, 2), ref, atol=1e-12)
+    plain = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=full_mask, scale=0.3)
+    assert torch.allclose(attention.attend_after_prefix(q, pk, pv, k, v, mask, 0.3)[0].transpose(1, 2), plain, atol=1e-12)
+
+
+def _caches(lengths, layers=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    base = [(torch.randn(1, 2, max(lengths), 4, generator=g), torch.randn(1, 2, max(lengths), 4, generator=g))
+            for _ in range(layers)]
+    return [retention.cache_of((k[:, :, :n].clone(), v[:, :, :n].clone()) for k, v in base) for n in lengths]
+
+
+def test_shared_positions_are_those_every_row_holds_alike_in_every_layer():
+    m = generation.MIN_SHARED_PREFIX
+    caches = _caches([m + 30, m + 20, m + 40])
+    assert generation.shared_positions(caches) == m + 20  # the shortest row, all of it
+    assert generation.shared_positions(caches[:1]) == 0  # one row shares with nobody
+    caches[2].layers[1].values[0, 1, m + 5, 3] += 1e-6  # a deep layer, one head, one position differs
+    assert generation.shared_positions(caches) == m + 5
+    caches[1].layers[0].keys[0, 0, m + 2, 0] = float("nan")  # NaN equals nothing, itself included
+    assert generation.shared_positions(caches) == m + 2
+    caches[0].layers[1].keys[0, 0, m - 1, 0] += 1.0  # fewer than MIN_SHARED_PREFIX left: nothing shared
+    assert generation.shared_positions(caches) == 0
+
+
+def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded):
+    """Prompts sharing their template, system text and filler (the second prefill reusing the first's
+    cache, as the engine's do) decode in one batch with that prefix kept once, greedy and sampled alike,
+    with one step's logits as those of the batch without the shared prefix."""
+    model, tok = embedded
+    eos = generation.eos_token_ids(model, tok)
+    pres = []
+    for query in ("Summarise the text above in one line.", "Name the main topic of the text above.",
+                  "Give the text above a title."):
+        ids = prompts.render_ids(tok, "Be brief.", query, 300)
+        pres.append(generation.prefill(model, ids, reuse=pres[-1] if pres else None))
+    caches = [retention.evict(p.cache, None) for p in pres]
+    shared = generation.shared_positions(caches)
+    assert shared >= 300 and shared < min(p.length for p in pres)
+    ids = torch.tensor([[42]] * 3)
+    pos = torch.tensor([[p.length] for p in pres])
+    logits = []
+    for n in (shared, 0):
+        cache, mask = generation._stack(caches, "cpu", 1, n)
+        with torch.no_grad(), attention.shared_prefix_attention(
+                model, {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix}):
+            logits.append(model(input_ids=ids, cache=cache, attention_mask=torch.cat([mask, mask.new_ones(3, 1)], 1),
+                                position_ids=pos).logits[:, -1])
+    assert cache.layers[0].prefix is None and (logits[0] - logits[1]).abs().max() < 1e-3
+    for d in (generation.Decoding(0.0, 0, 12), generation.Decoding(0.8, 2, 12)):
+        def rows():
+            return [generation.Row(retention.evict(p.cache, None), p.length, p.last_logits, d, sample_key=f"r{i}")
+                    for i, p in enumerate(pres)]
+        batched = generation.decode(model, rows(), eos)
+        assert batched == [generation.decode(model, [r], eos)[0] for r in rows()]

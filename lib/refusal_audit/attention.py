@@ -6,18 +6,24 @@ post-rotary queries and keys of each layer first and may return a replacement ma
 it to read the observation window's attention; the eviction tests use it to mask evicted
 positions per layer and head. Hand-written because transformers has no per-layer query hook and
 kvpress (which has one) does not support transformers 5.
+
+While ``with shared_prefix_attention(model, prefixes)`` is active, a one-token step attends a layer's keys and
+values after ``prefixes[layer_idx]``, positions every row of the batch shares (the kv study's
+template, system text and filler), kept once for the batch (``attend_after_prefix``).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Callable
 
+import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "refusal_audit"
 _hooks: list[Callable] = []
+_prefixes: dict[int, tuple] = {}
 
 
 def _forward(module, query, key, value, attention_mask, **kwargs):
@@ -25,9 +31,46 @@ def _forward(module, query, key, value, attention_mask, **kwargs):
         new_mask = hook(module.layer_idx, query, key, attention_mask)
         if new_mask is not None:
             attention_mask = new_mask
+    prefix = _prefixes.get(module.layer_idx)
+    if prefix is not None:
+        return attend_after_prefix(query, *prefix, key, value, attention_mask,
+                                   kwargs.get("scaling") or module.scaling, kwargs.get("softcap"))
     if kwargs.get("softcap") is not None:  # SDPA has no logit soft-capping (Gemma 2): the family's own eager path
         return _eager_softcapped(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention_mask, scaling: float,
+                        softcap: float | None = None):
+    """Attention of one new token per row over a prefix every row shares (``prefix_keys``,
+    ``prefix_values``: [1, kv heads, P, head dim]) and then its own positions (``key``, ``value``:
+    [batch, kv heads, S, head dim], masked by ``attention_mask``: bool [batch, 1, 1, S], True =
+    attend). The prefix is read once for the batch, as one matmul of every row's queries (Hydragen,
+    Juravsky et al. 2024, arXiv:2402.05099); the two parts share one softmax (a common max, summed
+    weights). Returns [batch, 1, heads, head dim], as transformers' attention functions do.
+    Hand-written: SDPA attends a [batch, ...] key tensor, so each row would read its own copy of the
+    prefix (54 % of a decode step at 2k positions, benchmarks/decode_step.py)."""
+    batch, heads, q_len, dim = query.shape
+    if q_len != 1:
+        raise RuntimeError(f"a shared prefix serves one-token decode steps, got {q_len} query positions")
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    q = query.reshape(batch, kv_heads, group, dim)  # the query heads of each KV head
+    first = torch.matmul(q.transpose(0, 1).reshape(kv_heads, batch * group, dim), prefix_keys[0].transpose(1, 2))
+    own = torch.matmul(q, key.transpose(2, 3))
+    first, own = first * scaling, own * scaling
+    if softcap is not None:
+        first, own = softcap * torch.tanh(first / softcap), softcap * torch.tanh(own / softcap)
+    if attention_mask is not None:
+        own = (own.masked_fill(~attention_mask, float("-inf")) if attention_mask.dtype == torch.bool
+               else own + attention_mask)
+    first = first.view(kv_heads, batch, group, -1).transpose(0, 1)  # [batch, kv heads, group, P]
+    top = torch.maximum(first.amax(-1), own.amax(-1))[..., None]
+    first, own = torch.exp(first - top), torch.exp(own - top)
+    pv = torch.matmul(first.transpose(0, 1).reshape(kv_heads, batch * group, -1), prefix_values[0])
+    out = pv.view(kv_heads, batch, group, dim).transpose(0, 1) + torch.matmul(own, value)
+    out = out / (first.sum(-1) + own.sum(-1))[..., None]
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
 
 
 def _eager_softcapped(module, query, key, value, attention_mask, **kwargs):
@@ -35,8 +78,6 @@ def _eager_softcapped(module, query, key, value, attention_mask, **kwargs):
     that ``sdpa_mask`` builds (or a hook returns) as the additive mask eager attention expects; no
     mask (SDPA's implicit causal case) becomes the causal mask aligned to the last key."""
     import sys
-
-    import torch
 
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if eager is None:
@@ -67,6 +108,20 @@ def install(model) -> None:
     """Route the model's attention through the hookable function (same numerics as ``sdpa``)."""
     if model.config._attn_implementation != NAME:
         model.set_attn_implementation(NAME)
+
+
+@contextmanager
+def shared_prefix_attention(model, prefixes: dict[int, tuple]):
+    """While active, each layer ``i`` in ``prefixes`` attends ``prefixes[i]`` (keys, values: [1, kv
+    heads, P, head dim]) before the cache's own positions: one-token decode steps only."""
+    install(model)
+    if _prefixes:
+        raise RuntimeError("shared_prefix_attention: another shared prefix is active")
+    _prefixes.update(prefixes)
+    try:
+        yield
+    finally:
+        _prefixes.clear()
 
 
 @contextmanager

@@ -9,7 +9,9 @@ computes once: on CPU a forward pass reads every weight once however few tokens 
 for the 135M model), so one pass per 44-token prompt cost more than the prompt's arithmetic. Each
 policy's evicted copy of the cache becomes one row of a decode batch; rows of similar cache length
 (of many prompts and policies) decode together, left-padded to a common length with masked padding,
-into caches preallocated for the new tokens.
+into caches preallocated for the new tokens. Positions that every row of a batch holds alike (the kv
+study's full-retention rows share their template, system text and filler) are kept once for the
+batch and attended once, as one matmul of all the rows' queries (``attention.attend_after_prefix``).
 Each row's new tokens take positions that continue from ITS OWN original prompt length, not from
 the shortened or padded cache (transformers 5 would otherwise place them at the cache length,
 shifting every rotary position after eviction). A row stops at EOS or ``max_new_tokens``.
@@ -39,7 +41,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from . import progress, retention
-from .attention import attention_hook, layer_scales
+from .attention import attention_hook, layer_scales, shared_prefix_attention
 from .models import attention_span
 from .padding import pad_batch, positions
 from .retention import Prefill, RetentionPolicy
@@ -88,7 +90,8 @@ def decoding_grid(temperatures: list[float], seeds: list[int], max_new_tokens: i
     return list(dict.fromkeys(grid))
 
 
-MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed: reuse would save less than it costs
+MIN_SHARED_PREFIX = 64  # shorter common prefixes are recomputed, or in a decode batch copied into every row:
+#                         sharing them would save less than it costs
 PREFILL_BATCH_TOKENS = 4096  # padded tokens (prompts x the longest) per batched prefill
 PREFILL_BATCH_PROMPTS = 64
 PREFILL_PAD_RATIO = 1.5  # a batch's longest prompt at most this times its shortest (padding is computed too)
@@ -279,9 +282,10 @@ class _PreallocatedLayer(DynamicLayer):
     at 2k context that copy, not the arithmetic, dominated batched decoding. Hand-written because
     transformers' StaticCache assumes one cache length shared by the batch and its own positions."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int, prefix: tuple | None = None):
         super().__init__()
         self._k, self._v, self._n = keys, values, length
+        self.prefix = prefix  # (keys, values) every row shares before its own positions, or None
         self.is_initialized, self.device = True, keys.device
         self._view()
 
@@ -303,15 +307,37 @@ class _PreallocatedLayer(DynamicLayer):
         self._view()
 
 
-def _stack(caches: list, device, room: int = 0) -> tuple[object, torch.Tensor]:
+def shared_positions(caches: list) -> int:
+    """How many leading positions hold the same keys and values in every row's cache, in every layer
+    (compared bitwise: prompts sharing an opening share these positions' values when one prefill reused
+    the other's, as the engine's do); 0 for one row or below ``MIN_SHARED_PREFIX``."""
+    if len(caches) < 2:
+        return 0
+    n = min(c.layers[0].keys.shape[2] for c in caches)
+    first = caches[0].layers
+    for layer in range(len(first)):
+        for c in caches[1:]:
+            for x, y in ((first[layer].keys, c.layers[layer].keys), (first[layer].values, c.layers[layer].values)):
+                if n < MIN_SHARED_PREFIX:
+                    return 0
+                x, y = x[0, :, :n], y[0, :, :n]
+                if (x.data_ptr() == y.data_ptr() and x.stride() == y.stride()) or torch.equal(x, y):
+                    continue
+                n = int((x == y).all(dim=2).all(dim=0).long().argmin())  # the first position that differs
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def _stack(caches: list, device, room: int = 0, shared: int = 0) -> tuple[object, torch.Tensor]:
     """One batched cache from per-row caches of different lengths, left-padded (masked), with ``room``
     free positions after them for the new tokens; and its attention mask. Each row's positions are
     copied once, straight into the batch's buffers (``pad_sequence`` made a zero-filled, transposed
     intermediate: two more copies of the whole batch, 10-11 s of an 80 s engine run of the generation
-    benchmark, now 0.5-1.3 s)."""
+    benchmark, now 0.5-1.3 s). With ``shared`` (``shared_positions``), each layer keeps the first
+    ``shared`` positions once, as its ``prefix`` (views of the first row's cache), and the buffers and
+    mask hold each row's positions after them."""
     from transformers import DynamicCache
 
-    lengths = [c.layers[0].keys.shape[2] for c in caches]
+    lengths = [c.layers[0].keys.shape[2] - shared for c in caches]
     width = max(lengths)
     mask = torch.zeros(len(caches), width, dtype=torch.long, device=device)
     for i, n in enumerate(lengths):
@@ -327,43 +353,55 @@ def _stack(caches: list, device, room: int = 0) -> tuple[object, torch.Tensor]:
             for buffer, part in ((keys, c.layers[layer].keys), (values, c.layers[layer].values)):
                 if n < width:
                     buffer[i, :, :width - n] = 0
-                buffer[i, :, width - n:width] = part[0]
-        out.layers.append(_PreallocatedLayer(keys, values, width))
+                buffer[i, :, width - n:width] = part[0, :, shared:]
+        prefix = caches[0].layers[layer]
+        out.layers.append(_PreallocatedLayer(keys, values, width, (prefix.keys[:, :, :shared],
+                                                                   prefix.values[:, :, :shared]) if shared else None))
     return out, mask
 
 
 @torch.no_grad()
 def decode(model, rows: list[Row], eos_ids: set[int]) -> list[tuple[list[int], str]]:
     """Decode every row together; returns (tokens, "eos" | "length") per row, in order. The rows'
-    caches are consumed (copied into the batch, then released)."""
+    caches are consumed (copied into the batch, then released). Positions every row's cache holds
+    alike (``shared_positions``) are kept and attended once for the batch (``attention.shared_prefix_attention``)."""
     gens = [_generator(r) for r in rows]
     for r, token in zip(rows, _pick(torch.stack([r.first_logits for r in rows]), rows, gens)):
         r.tokens = [token]
     live = [i for i, r in enumerate(rows) if r.tokens[-1] not in eos_ids and r.decoding.max_new_tokens > 1]
     if live:
         room = max(rows[i].decoding.max_new_tokens for i in live)
-        cache, mask = _stack([rows[i].cache for i in live], model.device, room)
+        shared = shared_positions([rows[i].cache for i in live])
+        cache, mask = _stack([rows[i].cache for i in live], model.device, room, shared)
         for i in live:  # the batch holds its own copy: free the row's
             rows[i].cache = None
-        while live:
-            ids = torch.tensor([[rows[i].tokens[-1]] for i in live], device=model.device)
-            pos = torch.tensor([[rows[i].start + len(rows[i].tokens) - 1] for i in live], device=model.device)
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-            logits = model(input_ids=ids, cache=cache, attention_mask=mask, position_ids=pos,
-                           use_cache=True).logits[:, -1]
-            keep = []
-            for j, (i, token) in enumerate(zip(live, _pick(logits, [rows[i] for i in live], [gens[i] for i in live]))):
-                r = rows[i]
-                r.tokens.append(token)
-                if r.tokens[-1] not in eos_ids and len(r.tokens) < r.decoding.max_new_tokens:
-                    keep.append(j)
-            if len(keep) < len(live):
-                if keep:
-                    idx = torch.tensor(keep, device=model.device)
-                    cache.batch_select_indices(idx)
-                    mask = mask[idx]
-                live = [live[j] for j in keep]
+        prefixes = {i: layer.prefix for i, layer in enumerate(cache.layers)}
+        with shared_prefix_attention(model, prefixes) if shared else nullcontext():
+            _decode_steps(model, rows, live, gens, cache, mask, eos_ids)
     return [(r.tokens, "eos" if r.tokens[-1] in eos_ids else "length") for r in rows]
+
+
+def _decode_steps(model, rows: list[Row], live: list[int], gens: list, cache, mask: torch.Tensor,
+                  eos_ids: set[int]) -> None:
+    """The batch's steps: each live row's last token in, its next token appended, until every row stops."""
+    while live:
+        ids = torch.tensor([[rows[i].tokens[-1]] for i in live], device=model.device)
+        pos = torch.tensor([[rows[i].start + len(rows[i].tokens) - 1] for i in live], device=model.device)
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+        logits = model(input_ids=ids, cache=cache, attention_mask=mask, position_ids=pos,
+                       use_cache=True).logits[:, -1]
+        keep = []
+        for j, (i, token) in enumerate(zip(live, _pick(logits, [rows[i] for i in live], [gens[i] for i in live]))):
+            r = rows[i]
+            r.tokens.append(token)
+            if r.tokens[-1] not in eos_ids and len(r.tokens) < r.decoding.max_new_tokens:
+                keep.append(j)
+        if len(keep) < len(live):
+            if keep:
+                idx = torch.tensor(keep, device=model.device)
+                cache.batch_select_indices(idx)
+                mask = mask[idx]
+            live = [live[j] for j in keep]
 
 
 @torch.no_grad()
