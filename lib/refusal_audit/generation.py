@@ -17,7 +17,10 @@ the shortened or padded cache (transformers 5 would otherwise place them at the 
 shifting every rotary position after eviction). A row stops at EOS or ``max_new_tokens``.
 
 Sampling: a row at temperature T > 0 draws each token from its own ``torch.Generator``, seeded
-from (prompt, policy, temperature, seed), so a sampled row is the same whatever batch it is in.
+from (prompt, policy, temperature, seed), so its random draws do not depend on its batch. Its logits
+do, at float rounding: on CPU neither the matmuls nor SDPA are bitwise invariant to the batch size
+or the padding (a row's attention output moves by ~1e-7 with its padding), so "the same tokens in
+any batch" is what the tests and the benchmark measure, not a bitwise guarantee.
 
 Results are written as one shard per (model, prompt tokens, policy, decoding) as each batch
 finishes, so a rerun skips finished work and an interrupted run loses only rows not yet decoded.
@@ -263,7 +266,7 @@ def _generator(row: Row) -> torch.Generator | None:
 def _pick(logits: torch.Tensor, rows: list[Row], gens: list[torch.Generator | None]) -> list[int]:
     """The next token of every row at once (``logits``: one row each): the argmax for greedy rows; for
     sampled rows, inverse-CDF sampling of softmax(logits / T) with one uniform draw from the row's own
-    generator, so that a row draws the same tokens in any batch (one vocabulary-sized multinomial call
+    generator, so that a row's draws do not depend on its batch (one vocabulary-sized multinomial call
     per row cost an eighth of a sampled decode)."""
     picks = logits.argmax(-1).cpu()
     sampled = [j for j, g in enumerate(gens) if g is not None]
