@@ -7,12 +7,13 @@ import pytest
 import torch
 
 import standins
-from refusal_audit import attention, chat, families, generation, models, prompts, retention
+from refusal_audit import chat, families, generation, models, prompts, retention
 from refusal_audit.attention import attention_hook
 from refusal_audit.config import ModelSpec
 from refusal_audit.paths import ROOT
 from refusal_audit.studies.confusion import user_span
 from refusal_audit.studies.frames import wrapper as W
+from test_generation import sharing_a_filler, step_logits
 from test_retention import SETTINGS, masked_reference_logits
 
 SYSTEM = "You are a careful assistant. Refuse harmful requests."
@@ -110,28 +111,15 @@ def test_every_policy_equals_its_masked_reference(hub, family, name):
 
 @pytest.mark.parametrize("family", ENGINE)
 def test_a_prefix_every_row_shares_is_attended_once_with_the_same_logits(hub, family):
-    """Two prompts sharing their template, system text and filler (the second prefill reusing the
-    first's cache): one decode step with that prefix kept once for the batch
-    (``attention.attend_after_prefix``) gives the logits of the batch holding it in every row; Gemma 2
-    with attention peaked enough for its soft-cap to bite."""
+    """Two prompts sharing their template, system text and filler: one decode step with that prefix
+    kept once for the batch (``attention.attend_after_prefix``) gives the logits of the batch holding
+    it in every row; Gemma 2 with attention peaked enough for its soft-cap to bite."""
     model, tok = load(hub, family)
     model = peaked(model) if family == "gemma2" else model
-    pres = []
-    for query in (QUERY, "Name three rivers in Europe."):
-        ids = prompts.render_ids(tok, SYSTEM, query, filler_tokens=100)
-        pres.append(generation.prefill(model, ids, reuse=pres[-1] if pres else None))
-    caches = [retention.evict(p.cache, None) for p in pres]
-    shared = generation.shared_positions(caches)
+    pres = sharing_a_filler(model, tok, SYSTEM, [QUERY, "Name three rivers in Europe."], 100)
+    shared = generation.shared_positions([retention.evict(p.cache, None) for p in pres])
     assert shared >= 100
-    ids, pos = torch.tensor([[5], [7]]), torch.tensor([[p.length] for p in pres])
-    logits = []
-    for n in (shared, 0):
-        cache, mask = generation._stack(caches, "cpu", 1, n)
-        with torch.no_grad(), attention.shared_prefix_attention(
-                model, {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix}):
-            logits.append(model(input_ids=ids, cache=cache, attention_mask=torch.cat([mask, mask.new_ones(2, 1)], 1),
-                                position_ids=pos).logits[:, -1])
-    assert (logits[0] - logits[1]).abs().max().item() < 1e-4
+    assert (step_logits(model, pres, shared, [5, 7]) - step_logits(model, pres, 0, [5, 7])).abs().max().item() < 1e-4
 
 
 def peaked(model):

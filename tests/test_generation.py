@@ -438,30 +438,38 @@ def test_shared_positions_are_those_every_row_holds_alike_in_every_layer():
     assert generation.shared_positions(caches) == 0
 
 
+def sharing_a_filler(model, tok, system: str, queries: list[str], filler: int) -> list:
+    """Prefills of prompts that share template, system text and filler, each reusing the previous one's
+    cache (as the engine's do)."""
+    pres = []
+    for query in queries:
+        ids = prompts.render_ids(tok, system, query, filler)
+        pres.append(generation.prefill(model, ids, reuse=pres[-1] if pres else None))
+    return pres
+
+
+def step_logits(model, pres: list, shared: int, token_ids: list[int]) -> torch.Tensor:
+    """One decode step of ``pres`` as one full-retention batch, its first ``shared`` positions kept once."""
+    cache, mask = generation._stack([retention.evict(p.cache, None) for p in pres], "cpu", 1, shared)
+    assert (cache.layers[0].prefix is not None) == bool(shared)
+    with torch.no_grad(), attention.shared_prefix_attention(
+            model, {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix}):
+        return model(input_ids=torch.tensor([[t] for t in token_ids]), cache=cache,
+                     attention_mask=torch.cat([mask, mask.new_ones(len(pres), 1)], 1),
+                     position_ids=torch.tensor([[p.length] for p in pres])).logits[:, -1]
+
+
 def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded):
-    """Prompts sharing their template, system text and filler (the second prefill reusing the first's
-    cache, as the engine's do) decode in one batch with that prefix kept once, greedy and sampled alike,
-    with one step's logits as those of the batch without the shared prefix."""
+    """Prompts sharing their template, system text and filler decode in one batch with that prefix kept
+    once, greedy and sampled alike, with one step's logits as those of the batch without it."""
     model, tok = embedded
     eos = generation.eos_token_ids(model, tok)
-    pres = []
-    for query in ("Summarise the text above in one line.", "Name the main topic of the text above.",
-                  "Give the text above a title."):
-        ids = prompts.render_ids(tok, "Be brief.", query, 300)
-        pres.append(generation.prefill(model, ids, reuse=pres[-1] if pres else None))
-    caches = [retention.evict(p.cache, None) for p in pres]
-    shared = generation.shared_positions(caches)
-    assert shared >= 300 and shared < min(p.length for p in pres)
-    ids = torch.tensor([[42]] * 3)
-    pos = torch.tensor([[p.length] for p in pres])
-    logits = []
-    for n in (shared, 0):
-        cache, mask = generation._stack(caches, "cpu", 1, n)
-        with torch.no_grad(), attention.shared_prefix_attention(
-                model, {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix}):
-            logits.append(model(input_ids=ids, cache=cache, attention_mask=torch.cat([mask, mask.new_ones(3, 1)], 1),
-                                position_ids=pos).logits[:, -1])
-    assert cache.layers[0].prefix is None and (logits[0] - logits[1]).abs().max() < 1e-3
+    pres = sharing_a_filler(model, tok, "Be brief.", ["Summarise the text above in one line.",
+                                                     "Name the main topic of the text above.",
+                                                     "Give the text above a title."], 300)
+    shared = generation.shared_positions([retention.evict(p.cache, None) for p in pres])
+    assert 300 <= shared < min(p.length for p in pres)
+    assert (step_logits(model, pres, shared, [42] * 3) - step_logits(model, pres, 0, [42] * 3)).abs().max() < 1e-3
     for d in (generation.Decoding(0.0, 0, 12), generation.Decoding(0.8, 2, 12)):
         def rows():
             return [generation.Row(retention.evict(p.cache, None), p.length, p.last_logits, d, sample_key=f"r{i}")
