@@ -459,10 +459,12 @@ def step_logits(model, pres: list, shared: int, token_ids: list[int]) -> torch.T
                      position_ids=torch.tensor([[p.length] for p in pres])).logits[:, -1]
 
 
-def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded):
+def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded, monkeypatch):
     """Prompts sharing their template, system text and filler decode in one batch with that prefix kept
     once, greedy and sampled alike, with one step's logits as those of the batch without it."""
     model, tok = embedded
+    found, real = [], generation.shared_positions
+    monkeypatch.setattr(generation, "shared_positions", lambda caches: found.append(real(caches)) or found[-1])
     eos = generation.eos_token_ids(model, tok)
     pres = sharing_a_filler(model, tok, "Be brief.", ["Summarise the text above in one line.",
                                                      "Name the main topic of the text above.",
@@ -475,4 +477,5 @@ def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded):
             return [generation.Row(retention.evict(p.cache, None), p.length, p.last_logits, d, sample_key=f"r{i}")
                     for i, p in enumerate(pres)]
         batched = generation.decode(model, rows(), eos)
+        assert found[-1] == shared  # the batch decoded with its prefix kept once
         assert batched == [generation.decode(model, [r], eos)[0] for r in rows()]
