@@ -416,6 +416,14 @@ def test_attention_after_a_shared_prefix_equals_attention_over_each_rows_whole_c
         assert torch.allclose(out.transpose(1, 2), ref, atol=1e-12)
     plain = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=full_mask, scale=0.3)
     assert torch.allclose(attention.attend_after_prefix(q, pk, pv, k, v, mask, 0.3)[0].transpose(1, 2), plain, atol=1e-12)
+    # a bf16 model: computed in float32 from the bf16 inputs, returned in bf16 (one rounding of the output)
+    low = [x.to(torch.bfloat16) for x in (q, pk, pv, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        low[0].double(), torch.cat([low[1].double().expand(batch, -1, -1, -1), low[3].double()], 2).repeat_interleave(group, 1),
+        torch.cat([low[2].double().expand(batch, -1, -1, -1), low[4].double()], 2).repeat_interleave(group, 1),
+        attn_mask=full_mask, scale=0.3)
+    out = attention.attend_after_prefix(*low[:3], low[3], low[4], mask, 0.3)[0]
+    assert out.dtype == torch.bfloat16 and torch.allclose(out.transpose(1, 2).double(), ref, rtol=2**-8, atol=2**-9)
 
 
 def _caches(lengths, layers=2, seed=0):

@@ -47,14 +47,16 @@ def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention
     [batch, kv heads, S, head dim], masked by ``attention_mask``: bool [batch, 1, 1, S], True =
     attend). The prefix is read once for the batch, as one matmul of every row's queries (Hydragen,
     Juravsky et al. 2024, arXiv:2402.05099); the two parts share one softmax (a common max, summed
-    weights). Returns [batch, 1, heads, head dim], as transformers' attention functions do.
-    Hand-written: SDPA attends a [batch, ...] key tensor, so each row would read its own copy of the
+    weights), in float32 at least whatever the model's dtype (as SDPA accumulates). Returns [batch,
+    1, heads, head dim] in the query's dtype, as transformers' attention functions do. Hand-written: SDPA attends a [batch, ...] key tensor, so each row would read its own copy of the
     prefix (54 % of a decode step at 2k positions, benchmarks/decode_step.py)."""
     batch, heads, q_len, dim = query.shape
     if q_len != 1:
         raise RuntimeError(f"a shared prefix serves one-token decode steps, got {q_len} query positions")
-    kv_heads = key.shape[1]
+    dtype, kv_heads = query.dtype, key.shape[1]
     group = heads // kv_heads
+    work = torch.promote_types(dtype, torch.float32)
+    query, prefix_keys, prefix_values, key, value = (x.to(work) for x in (query, prefix_keys, prefix_values, key, value))
     q = query.reshape(batch, kv_heads, group, dim)  # the query heads of each KV head
     first = torch.matmul(q.transpose(0, 1).reshape(kv_heads, batch * group, dim), prefix_keys[0].transpose(1, 2))
     own = torch.matmul(q, key.transpose(2, 3))
@@ -70,7 +72,7 @@ def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention
     pv = torch.matmul(first.transpose(0, 1).reshape(kv_heads, batch * group, -1), prefix_values[0])
     out = pv.view(kv_heads, batch, group, dim).transpose(0, 1) + torch.matmul(own, value)
     out = out / (first.sum(-1) + own.sum(-1))[..., None]
-    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).to(dtype).contiguous(), None
 
 
 def _eager_softcapped(module, query, key, value, attention_mask, **kwargs):
