@@ -48,15 +48,17 @@ def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention
     attend). The prefix is read once for the batch, as one matmul of every row's queries (Hydragen,
     Juravsky et al. 2024, arXiv:2402.05099); the two parts share one softmax (a common max, summed
     weights), in float32 at least whatever the model's dtype (as SDPA accumulates). Returns [batch,
-    1, heads, head dim] in the query's dtype, as transformers' attention functions do. Hand-written: SDPA attends a [batch, ...] key tensor, so each row would read its own copy of the
-    prefix (54 % of a decode step at 2k positions, benchmarks/decode_step.py)."""
+    1, heads, head dim] in the query's dtype, as transformers' attention functions do. Hand-written:
+    SDPA attends a [batch, ...] key tensor, so each row would read its own copy of the prefix (54 % of
+    a decode step at 2k positions, benchmarks/decode_step.py)."""
     batch, heads, q_len, dim = query.shape
     if q_len != 1:
         raise RuntimeError(f"a shared prefix serves one-token decode steps, got {q_len} query positions")
     dtype, kv_heads = query.dtype, key.shape[1]
     group = heads // kv_heads
     work = torch.promote_types(dtype, torch.float32)
-    query, prefix_keys, prefix_values, key, value = (x.to(work) for x in (query, prefix_keys, prefix_values, key, value))
+    query, prefix_keys, prefix_values, key, value = (x.to(work) for x in
+                                                     (query, prefix_keys, prefix_values, key, value))
     q = query.reshape(batch, kv_heads, group, dim)  # the query heads of each KV head
     first = torch.matmul(q.transpose(0, 1).reshape(kv_heads, batch * group, dim), prefix_keys[0].transpose(1, 2))
     own = torch.matmul(q, key.transpose(2, 3))
