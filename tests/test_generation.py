@@ -460,8 +460,7 @@ def step_logits(model, pres: list, shared: int, token_ids: list[int]) -> torch.T
     """One decode step of ``pres`` as one full-retention batch, its first ``shared`` positions kept once."""
     cache, mask = generation._stack([retention.evict(p.cache, None) for p in pres], "cpu", 1, shared)
     assert (cache.layers[0].prefix is not None) == bool(shared)
-    with torch.no_grad(), attention.shared_prefix_attention(
-            model, {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix}):
+    with torch.no_grad(), attention.shared_prefix_attention(model, generation.prefixes_of(cache)):
         return model(input_ids=torch.tensor([[t] for t in token_ids]), cache=cache,
                      attention_mask=torch.cat([mask, mask.new_ones(len(pres), 1)], 1),
                      position_ids=torch.tensor([[p.length] for p in pres])).logits[:, -1]

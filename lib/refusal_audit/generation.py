@@ -363,6 +363,11 @@ def _stack(caches: list, device, room: int = 0, shared: int = 0) -> tuple[object
     return out, mask
 
 
+def prefixes_of(cache) -> dict[int, tuple]:
+    """A stacked cache's shared prefixes by layer (``_stack``), as ``attention.shared_prefix_attention`` takes them."""
+    return {i: layer.prefix for i, layer in enumerate(cache.layers) if layer.prefix is not None}
+
+
 @torch.no_grad()
 def decode(model, rows: list[Row], eos_ids: set[int]) -> list[tuple[list[int], str]]:
     """Decode every row together; returns (tokens, "eos" | "length") per row, in order. The rows'
@@ -378,8 +383,7 @@ def decode(model, rows: list[Row], eos_ids: set[int]) -> list[tuple[list[int], s
         cache, mask = _stack([rows[i].cache for i in live], model.device, room, shared)
         for i in live:  # the batch holds its own copy: free the row's
             rows[i].cache = None
-        prefixes = {i: layer.prefix for i, layer in enumerate(cache.layers)}
-        with shared_prefix_attention(model, prefixes) if shared else nullcontext():
+        with shared_prefix_attention(model, prefixes_of(cache)) if shared else nullcontext():
             _decode_steps(model, rows, live, gens, cache, mask, eos_ids)
     return [(r.tokens, "eos" if r.tokens[-1] in eos_ids else "length") for r in rows]
 
