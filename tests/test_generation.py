@@ -300,6 +300,36 @@ def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
     assert runs[1]["reply"].tolist() == runs[64]["reply"].tolist()
 
 
+def test_grouped_query_attention_on_cpu_equals_transformers_sdpa_bitwise(embedded, monkeypatch):
+    """Masked multi-token steps (a left-padded batch; a prompt after a reused prefix) with the query heads
+    grouped inside SDPA (``grouped_query_sdpa``) give the logits and caches of transformers' ``sdpa``,
+    which copies the KV heads out to every query head, bit for bit."""
+    model, tok = embedded
+    ids = [prompts.render_ids(tok, "Be brief.", t, 60) for t in ("Say hello.", "Why is the sky blue, in short?")]
+    calls = []
+    real = attention.grouped_query_sdpa
+    monkeypatch.setattr(attention, "grouped_query_sdpa", lambda *a: calls.append(a[0].shape) or real(*a))
+
+    def both():
+        batch = generation.prefill_batch(model, ids)
+        first = generation.prefill(model, ids[0])
+        return batch + [generation.prefill(model, ids[1], reuse=first)]
+
+    ours = both()
+    assert calls and all(q[2] > 1 for q in calls)  # the grouped path ran, for multi-token steps only
+    ran = len(calls)
+    try:
+        model.set_attn_implementation("sdpa")
+        theirs = both()
+    finally:
+        attention.install(model)
+    assert len(calls) == ran
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a.last_logits, b.last_logits)
+        assert all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+                   for x, y in zip(a.cache.layers, b.cache.layers))
+
+
 def test_prefill_batches_keep_window_prompts_alone_and_group_by_opening():
     """A prompt needing window attention is prefilled alone, after every prompt before it; the others are
     grouped by their longest opening that leaves no more groups than batches, then batched shortest

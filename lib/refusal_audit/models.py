@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from . import attention
 from .config import ModelSpec
 from .paths import ROOT
 
@@ -282,7 +283,8 @@ def _quiet_loading():
 
 
 def load(spec: ModelSpec, device: str | None = None):
-    """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU)."""
+    """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU), its attention
+    routed through ``attention`` (hookable SDPA)."""
     from transformers import AutoModelForCausalLM
 
     device = device or default_device()
@@ -310,6 +312,7 @@ def load(spec: ModelSpec, device: str | None = None):
         model = model.to(device)
     model.eval()
     model.weights_id = weights_id(spec, found)
+    attention.install(model)  # transformers' SDPA, hookable, with CPU's grouped-query kernel (attention.py)
     return model, load_tokenizer(spec)
 
 
