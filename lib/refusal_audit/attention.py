@@ -82,10 +82,9 @@ def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention
     work = torch.promote_types(dtype, torch.float32)
     query, prefix_keys, prefix_values, key, value = (x.to(work) for x in
                                                      (query, prefix_keys, prefix_values, key, value))
-    q = query.reshape(batch, kv_heads, group, dim)  # the query heads of each KV head
+    q = query.reshape(batch, kv_heads, group, dim) * scaling  # the query heads of each KV head, scaled
     first = torch.matmul(q.transpose(0, 1).reshape(kv_heads, batch * group, dim), prefix_keys[0].transpose(1, 2))
     own = torch.matmul(q, key.transpose(2, 3))
-    first, own = first * scaling, own * scaling
     if softcap is not None:
         first, own = softcap * torch.tanh(first / softcap), softcap * torch.tanh(own / softcap)
     if attention_mask is not None:
@@ -93,7 +92,7 @@ def attend_after_prefix(query, prefix_keys, prefix_values, key, value, attention
                else own + attention_mask)
     first = first.view(kv_heads, batch, group, -1).transpose(0, 1)  # [batch, kv heads, group, P]
     top = torch.maximum(first.amax(-1), own.amax(-1))[..., None]
-    first, own = torch.exp(first - top), torch.exp(own - top)
+    first, own = first.sub_(top).exp_(), own.sub_(top).exp_()  # in place: the prefix's scores are the big ones
     pv = torch.matmul(first.transpose(0, 1).reshape(kv_heads, batch * group, -1), prefix_values[0])
     out = pv.view(kv_heads, batch, group, dim).transpose(0, 1) + torch.matmul(own, value)
     out = out / (first.sum(-1) + own.sum(-1))[..., None]
