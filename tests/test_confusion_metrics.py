@@ -200,10 +200,13 @@ def token_ids(embedded):
     return [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
 
 
-def assert_same(x, y, atol=1e-4):
+def assert_same(x, y, atol=1e-4, rtol=1e-5):
+    """Equal up to float32 rounding through 30 layers of differently shaped matmuls: the last layer's
+    hidden states reach ~20 in magnitude, where one thread's MKL moved one of 7,488 by 1.05e-4 (5e-6
+    relative) between a padded batch and the prompt alone; padding attended would move them by ~0.1."""
     np.testing.assert_array_equal(x.input_ids, y.input_ids)
     for field in ("hidden", "next_token_logprobs", "token_logprobs"):
-        np.testing.assert_allclose(getattr(x, field), getattr(y, field), atol=atol, rtol=0)
+        np.testing.assert_allclose(getattr(x, field), getattr(y, field), atol=atol, rtol=rtol)
 
 
 def test_signals_batched_equals_one_at_a_time_and_padding_side(embedded, token_ids):
@@ -288,8 +291,8 @@ def test_signals_cache_memory_and_disk(embedded, token_ids, tmp_path):
     again = S.compute_signals(Exploding(), token_ids, model_name="smol", cache=cache)
     reloaded = S.compute_signals(Exploding(), token_ids, model_name="smol", cache=S.SignalCache(tmp_path))
     for x, y, z in zip(first, again, reloaded):
-        assert_same(x, y, atol=0)
-        assert_same(x, z, atol=0)
+        assert_same(x, y, atol=0, rtol=0)
+        assert_same(x, z, atol=0, rtol=0)
     assert S.cache_key("smol", -1, token_ids[0]) != S.cache_key("other", -1, token_ids[0])
     assert S.cache_key("smol", -1, token_ids[0]) != S.cache_key("smol", 0, token_ids[0])
 
