@@ -284,7 +284,7 @@ def _quiet_loading():
 
 def load(spec: ModelSpec, device: str | None = None):
     """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU), its attention
-    routed through ``attention`` (hookable SDPA)."""
+    routed through ``attention`` (hookable SDPA) where the family takes attention backends."""
     from transformers import AutoModelForCausalLM
 
     device = device or default_device()
@@ -312,7 +312,8 @@ def load(spec: ModelSpec, device: str | None = None):
         model = model.to(device)
     model.eval()
     model.weights_id = weights_id(spec, found)
-    attention.install(model)  # transformers' SDPA, hookable, with CPU's grouped-query kernel (attention.py)
+    if model.is_backend_compatible():  # a family without attention backends keeps its own attention
+        attention.install(model)  # transformers' SDPA, hookable, with CPU's grouped-query kernel (attention.py)
     return model, load_tokenizer(spec)
 
 
