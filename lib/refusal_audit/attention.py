@@ -33,14 +33,14 @@ def _forward(module, query, key, value, attention_mask, **kwargs):
         new_mask = hook(module.layer_idx, query, key, attention_mask)
         if new_mask is not None:
             attention_mask = new_mask
+    scaling = kwargs.get("scaling") or module.scaling
     prefix = _prefixes.get(module.layer_idx)
     if prefix is not None:
-        return attend_after_prefix(query, *prefix, key, value, attention_mask,
-                                   kwargs.get("scaling") or module.scaling, kwargs.get("softcap"))
+        return attend_after_prefix(query, *prefix, key, value, attention_mask, scaling, kwargs.get("softcap"))
     if kwargs.get("softcap") is not None:  # SDPA has no logit soft-capping (Gemma 2): the family's own eager path
         return _eager_softcapped(module, query, key, value, attention_mask, **kwargs)
     if _grouped_on_cpu(module, query, attention_mask, kwargs):
-        return grouped_query_sdpa(query, key, value, attention_mask, kwargs.get("scaling") or module.scaling)
+        return grouped_query_sdpa(query, key, value, attention_mask, scaling)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
