@@ -44,8 +44,8 @@ def ci_run(tmp_path_factory):
     from refusal_audit.paths import ROOT
 
     finished = os.environ.get(FINISHED_CI_RUN)
-    if finished and not (Path(finished) / "judgments.parquet").is_file():
-        pytest.fail(f"{FINISHED_CI_RUN}={finished}: no finished run there (judgments.parquet is missing)")
+    if finished and not (Path(finished) / "manifest.json").is_file():
+        pytest.fail(f"{FINISHED_CI_RUN}={finished}: no finished run there (manifest.json, notebook 06's, is missing)")
     with pytest.MonkeyPatch.context() as mp:  # each run keeps its folder (run.dir) after the patch ends
         mp.setattr(paths, "RESULTS_DIR", Path(finished).resolve().parent if finished else tmp_path_factory.mktemp("results"))
         pool = None

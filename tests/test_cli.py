@@ -107,12 +107,12 @@ def test_judge_writes_every_row_with_its_id(tmp_path):
                   "reply": ["I'm sorry, I cannot help.", "Sure! Step one:", ""]}).to_csv(replies, index=False)
     res = cli(tmp_path, "judge", "--replies", str(replies), "--run", "u", "--params", str(path))
     assert res.returncode == 0, res.stderr
-    out = pd.read_parquet(tmp_path / "results" / "u" / "judgments.parquet")
+    out = pd.read_parquet(tmp_path / "results" / "u" / "user" / "judgments.parquet")
     assert out[out["judge"] == "keyword"][["generation_id", "label"]].values.tolist() == [
         ["x1", "refusal"], ["x2", "non_refusal"], ["x3", "unparseable"]]
     assert set(out["judge"]) == {"keyword", "learned_refusal", "learned_refusal_soft", "learned_harmful"}
     assert (out[out["generation_id"] == "x3"]["label"] == "unparseable").all()
-    assert (tmp_path / "results" / "u" / "judge_agreement.csv").is_file()
+    assert (tmp_path / "results" / "u" / "user" / "judge_agreement.csv").is_file()
 
 
 def test_generate_writes_the_contract_columns(tmp_path):
@@ -123,7 +123,7 @@ def test_generate_writes_the_contract_columns(tmp_path):
     res = cli(tmp_path, "generate", "--prompts", str(prompts), "--model", "smollm2-135m", "--run", "u",
               "--params", str(path), "--policies", "full,sink_tail", "--filler", "32")
     assert res.returncode == 0, res.stderr
-    g = pd.read_parquet(tmp_path / "results" / "u" / "generations.parquet")
+    g = pd.read_parquet(tmp_path / "results" / "u" / "user" / "generations.parquet")
     assert sorted(zip(g["prompt_id"], g["policy"])) == [("q1", "full"), ("q1", "sink_tail"),
                                                          ("q2", "full"), ("q2", "sink_tail")]
     assert (g["new_tokens"] <= 3).all() and (g["filler_tokens"] == 32).all()
@@ -143,7 +143,7 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path, here):
     args = ["generate", "--prompts", str(prompts), "--model", "smollm2-135m", "--params", str(path),
             "--policies", "full,sink_tail", "--filler", "64"]
     env = {**os.environ, "REFUSAL_AUDIT_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1"}
-    shards = tmp_path / "results" / "killed" / "shards" / "generations"
+    shards = tmp_path / "results" / "killed" / "user" / "shards" / "generations"
     proc = subprocess.Popen([sys.executable, "-m", "refusal_audit", *args, "--run", "killed"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -158,7 +158,7 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path, here):
 
     assert here(*args, "--run", "killed").returncode == 0
     assert here(*args, "--run", "clean").returncode == 0
-    killed = pd.read_parquet(tmp_path / "results" / "killed" / "generations.parquet")
-    clean = pd.read_parquet(tmp_path / "results" / "clean" / "generations.parquet")
+    killed = pd.read_parquet(tmp_path / "results" / "killed" / "user" / "generations.parquet")
+    clean = pd.read_parquet(tmp_path / "results" / "clean" / "user" / "generations.parquet")
     assert len(killed) == 12 and killed["generation_id"].is_unique
     pd.testing.assert_frame_equal(killed, clean)

@@ -495,8 +495,8 @@ def test_make_confusion_on_a_user_file(embedded, tmp_path, monkeypatch):
     decided = per_prompt[per_prompt["decision"].isin(["ACCEPT", "REJECT"])]
     for judge, g in decided.groupby("judge"):  # FRR recomputed from the per-prompt decisions
         assert summary.set_index("judge").loc[judge, "frr"] == pytest.approx((g["decision"] == "REJECT").mean())
-    for name in ("generations.parquet", "judgments.parquet", "report.html", "confusion_map.png",
-                 "confusion_frr_vs_rate.png"):
+    for name in ("confusion/items.parquet", "confusion/generations.parquet", "confusion/judgments.parquet",
+                 "confusion/pair_signals.parquet", "report.html", "confusion_map.png", "confusion_frr_vs_rate.png"):
         assert (folder / name).is_file(), name
 
 
@@ -511,7 +511,7 @@ def test_make_confusion_with_decisions_skips_generation(tmp_path, monkeypatch):
     # e2 fails the Jaccard gate; e1 rejected with e0 accepted in its cluster: 1 confused of 3 rejections
     assert (s["n_prompts"], s["n_rejected"], s["n_confused"]) == (4, 3, 1)
     assert s["frr"] == pytest.approx(3 / 4) and s["confusion_rate"] == pytest.approx(1 / 3) and np.isnan(s["ci"])
-    assert (folder / "report.html").is_file() and not (folder / "generations.parquet").exists()
+    assert (folder / "report.html").is_file() and not (folder / "confusion" / "generations.parquet").exists()
 
 
 @pytest.mark.parametrize("decisions, message", [

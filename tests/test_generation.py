@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from refusal_audit import attention, generation, prompts, retention
-from refusal_audit.generation import GENERATION_COLUMNS
+from refusal_audit.generation import CORE_COLUMNS
 from refusal_audit.store import ShardStore
 
-CONTRACT = ["generation_id", "prompt_id", "item_id", "study", "model", "policy", "keep_ratio", "sink",
-            "filler_tokens", "frame", "paraphrase", "temperature", "seed", "reply", "prompt_tokens", "kept_positions"]
+CONTRACT = ["generation_id", "prompt_id", "item_id", "model", "policy", "keep_ratio", "sink", "temperature", "seed",
+            "reply", "prompt_tokens", "kept_positions", "new_tokens", "finish"]  # DESIGN.md's core schema
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,15 @@ def test_rows_follow_the_contract_and_resume(embedded, table, tmp_path, monkeypa
     model, tok = embedded
     store = ShardStore(tmp_path)
     first = generation.run(model, tok, "smollm2-135m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
-    assert set(CONTRACT) <= set(first.columns) and list(first.columns) == GENERATION_COLUMNS
+    assert list(first.columns) == CORE_COLUMNS == CONTRACT  # the core only: the caller carries no column of its own
+    carried = generation.run(model, tok, "smollm2-135m", table, policies_of, store,
+                             [generation.Decoding(max_new_tokens=5)], batch_rows=2, carry=("filler_tokens", "query"))
+    assert list(carried.columns) == CORE_COLUMNS + ["filler_tokens", "query"] and (carried["filler_tokens"] == 40).all()
+    pd.testing.assert_frame_equal(carried[CORE_COLUMNS], first)
+    with pytest.raises(ValueError, match=r"carry: \['reply'\] are core columns"):
+        generation.run(model, tok, "m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)], carry=("reply",))
+    with pytest.raises(ValueError, match=r"carry: the prompts table has no column\(s\) \['tier'\]"):
+        generation.run(model, tok, "m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)], carry=("tier",))
     assert len(first) == 4 and first["generation_id"].is_unique
     tail = first[first["policy"] == "sink_tail"]
     assert (tail["kept_positions"] < tail["prompt_tokens"]).all()
@@ -68,7 +76,7 @@ def test_prompts_with_the_same_tokens_are_each_reported_as_themselves(embedded, 
     assert table["input_ids"].iloc[0] == table["input_ids"].iloc[1]
     store = ShardStore(tmp_path)
     out = generation.run(model, tok, "m", table, lambda row: [retention.make("full")], store,
-                         [generation.Decoding(max_new_tokens=3)])
+                         [generation.Decoding(max_new_tokens=3)], carry=("role",))
     assert out["prompt_id"].tolist() == table["prompt_id"].tolist()
     assert out["item_id"].tolist() == ["main-1", "official-1", "other"]
     assert out["role"].tolist() == ["harmful", "harmful_official", "harmful"]

@@ -1,8 +1,9 @@
 """The public prompt sets in ``data/`` (one constant per file: the one place a path is typed), readers
 that turn them into ``items`` rows with provenance, and the checks on a user's own CSV files.
 
-``items`` columns: item_id, study, role, dataset, source_file, source_row, licence, category, text,
-choices (MMLU only, "A|B|C|D" texts joined by a tab), answer (MMLU only); a study may add its own.
+``items`` columns: item_id, study, role, dataset, source_file, source_row, licence, category, text
+(``ITEM_COLUMNS``); a study adds its own beside them (the MMLU reader: choices, "A|B|C|D" texts joined by a
+tab, and answer).
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ JBB_BENIGN = DATA_DIR / "jailbreakbench" / "benign-behaviors_thirdparty.csv"
 XSTEST = DATA_DIR / "xstest" / "xstest_prompts.csv"
 XSTEST_COMPLETIONS = DATA_DIR / "xstest" / "completions"
 MMLU_TEST = DATA_DIR / "mmlu" / "test"
-ITEM_COLUMNS = ["item_id", "study", "role", "dataset", "source_file", "source_row", "licence",
-                "category", "text", "choices", "answer"]
+# every study's items: identity, provenance and text; a study adds its own columns beside them (MMLU's choices)
+ITEM_COLUMNS = ["item_id", "study", "role", "dataset", "source_file", "source_row", "licence", "category", "text"]
+MMLU_COLUMNS = ["choices", "answer"]
 
 
 def sha256(path: Path) -> str:
@@ -101,7 +103,7 @@ def mmlu(subjects: list[str], per_subject: int, seed: int, study: str) -> pd.Dat
             "licence": "MIT", "category": subject, "text": pick["q"],
             "choices": pick[["A", "B", "C", "D"]].astype(str).agg("\t".join, axis=1), "answer": pick["answer"],
         }))
-    return pd.concat(parts) if parts else pd.DataFrame(columns=ITEM_COLUMNS)
+    return pd.concat(parts) if parts else pd.DataFrame(columns=ITEM_COLUMNS + MMLU_COLUMNS)
 
 
 def validate_items(items: pd.DataFrame, where: str, text: str = "text", id_column: str = "item_id") -> None:

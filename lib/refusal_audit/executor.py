@@ -29,22 +29,23 @@ KILL_ENV = "REFUSAL_AUDIT_KILL_WORKER"  # tests: a file whose presence makes the
 
 def generate(p, pool: models.Pool, model_name: str, prompts: pd.DataFrame, policies_of: Callable,
              shards: ShardStore, decodings: list[generation.Decoding],
-             answer_cue: tuple[list[int], list[str]] | None = None) -> pd.DataFrame:
-    """``generation.run`` of ``model_name`` on ``prompts`` under ``p.executor``; the same table either way."""
+             answer_cue: tuple[list[int], list[str]] | None = None, carry: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``generation.run`` of ``model_name`` on ``prompts`` under ``p.executor`` (the core columns and the
+    study's ``carry`` columns); the same table either way."""
     ex = p.executor
     if ex.kind == "local":
         model, tok = pool.load(model_name)
         return generation.run(model, tok, model_name, prompts, policies_of, shards, decodings, answer_cue,
-                              batch_rows=p.generation.batch_rows)
+                              batch_rows=p.generation.batch_rows, carry=carry)
     if not len(prompts):
-        return pd.DataFrame(columns=generation.GENERATION_COLUMNS)
+        return pd.DataFrame(columns=generation.columns(carry))
     ray = connect(ex)
     gpus = ray.cluster_resources().get("GPU", 0)
     groups = prefix_groups(prompts, ex.num_workers or int(gpus or ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(_run_group).options(num_gpus=1 if gpus else 0, num_cpus=1, max_retries=ex.max_retries)
     where = (pool.spec(model_name), getattr(pool, "device", "auto"))
     refs = [task.remote(where, model_name, prompts.iloc[g], policies_of, str(shards.folder), decodings, answer_cue,
-                        p.generation.batch_rows) for g in groups]
+                        p.generation.batch_rows, carry) for g in groups]
     # back to the local order: each prompt's rows (policy x decoding) stay together, prompts in table order
     per_prompt = [len(policies_of(row)) * (1 if answer_cue else len(decodings)) for _, row in prompts.iterrows()]
     position = [i for g in groups for i in g for _ in range(per_prompt[i])]
@@ -115,8 +116,8 @@ class _WorkerStore(ShardStore):
 
 
 def _run_group(where: tuple[ModelSpec, str], model_name: str, prompts: pd.DataFrame, policies_of: Callable,
-               folder: str, decodings: list, answer_cue, batch_rows) -> pd.DataFrame:
+               folder: str, decodings: list, answer_cue, batch_rows, carry) -> pd.DataFrame:
     """One Ray task: ``generation.run`` on one group, with the model (spec, device) ``where``."""
     model, tok = _model(where, model_name)
     return generation.run(model, tok, model_name, prompts, policies_of, _WorkerStore(folder), decodings, answer_cue,
-                          batch_rows=batch_rows)
+                          batch_rows=batch_rows, carry=carry)

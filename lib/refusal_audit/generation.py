@@ -25,8 +25,8 @@ any batch" is what the tests and the benchmark measure, not a bitwise guarantee.
 Results are written as one shard per (model, prompt tokens, policy, decoding) as each batch
 finishes, so a rerun skips finished work and an interrupted run loses only rows not yet decoded.
 A shard holds what was generated; the table returned has one row per plan entry, each with its own
-identity (``generation_id``, prompt, item, study, condition), so two prompts with the same tokens
-share one generation and are still reported as themselves.
+identity (``generation_id``, prompt, item) and the columns its study carries (its condition), so two
+prompts with the same tokens share one generation and are still reported as themselves.
 """
 from __future__ import annotations
 
@@ -50,9 +50,18 @@ from .padding import pad_batch, positions
 from .retention import Prefill, RetentionPolicy
 from .store import ShardStore, shard_key
 
-GENERATION_COLUMNS = ["generation_id", "prompt_id", "item_id", "study", "role", "model", "policy", "keep_ratio",
-                      "sink", "filler_tokens", "system_prompt", "frame", "paraphrase", "temperature", "seed",
-                      "query", "reply", "new_tokens", "finish", "prompt_tokens", "kept_positions"]
+# The engine's core schema: the columns every generation has, whatever study asked for it (DESIGN.md). A study
+# adds its own columns (condition, frame, paraphrase, ...) beside them with ``carry``, never into the core.
+CORE_COLUMNS = ["generation_id", "prompt_id", "item_id", "model", "policy", "keep_ratio", "sink", "temperature",
+                "seed", "reply", "prompt_tokens", "kept_positions", "new_tokens", "finish"]
+
+
+def columns(carry: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """A generations table's columns: the core schema, then the prompt columns a study carries."""
+    extra = [c for c in carry if c in CORE_COLUMNS]
+    if extra:
+        raise ValueError(f"carry: {extra} are core columns (generation.CORE_COLUMNS); a study adds only its own")
+    return CORE_COLUMNS + list(carry)
 
 
 def keep_freed_memory(threshold: int = 2**30) -> bool:
@@ -561,8 +570,9 @@ def resolve_batch_rows(batch_rows, model, context_tokens: int) -> int:
 def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         policies_of: Callable[[pd.Series], list[RetentionPolicy]], store: ShardStore,
         decodings: list[Decoding], answer_cue: tuple[list[int], list[str]] | None = None,
-        batch_rows: int | str = 64) -> pd.DataFrame:
-    """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order.
+        batch_rows: int | str = 64, carry: tuple[str, ...] | list[str] = ()) -> pd.DataFrame:
+    """Generate every (prompt, policy, decoding) row not already in ``store``; return all rows in plan order,
+    with the core columns (``CORE_COLUMNS``) and each prompt's ``carry`` columns beside them.
 
     Prompts are prefilled in token order, alone (reusing a prefix shared with the previous prompt) or
     batched (``prefill_batches``); rows of similar cache length are decoded together ``batch_rows`` at a
@@ -572,6 +582,10 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
     """
     if answer_cue:
         decodings = [Decoding(0.0, 0, 1)]
+    out_columns = columns(carry)
+    missing = [c for c in carry if c not in prompts]
+    if missing:
+        raise ValueError(f"carry: the prompts table has no column(s) {missing}")
     keep_freed_memory()
     longest = int(prompts["prompt_tokens"].max()) if len(prompts) else 0
     batch_rows = resolve_batch_rows(batch_rows, model, longest + max(d.max_new_tokens for d in decodings))
@@ -633,7 +647,7 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
                 flush(group)
 
     if not plan:
-        return pd.DataFrame(columns=GENERATION_COLUMNS)
+        return pd.DataFrame(columns=out_columns)
     with progress.bar(sum(map(len, todo.values())), f"generate {model_name}", "row") as bar:
         # in token order, so that prompts sharing a prefix (same template, system text, filler) are neighbours
         windows = {ids: max((pol.window for _, pol, _, _ in jobs if pol.needs_window_attention), default=0)
@@ -659,9 +673,8 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
     generated = store.collect([job[3] for job in plan])
     rows = pd.DataFrame([{
         "generation_id": generation_id(key, p), "prompt_id": p["prompt_id"], "item_id": p["item_id"],
-        "study": p["study"], "role": p["role"], "model": model_name, "policy": pol.name,
-        "keep_ratio": float(pol.keep_ratio), "sink": int(pol.sink), "filler_tokens": int(p["filler_tokens"]),
-        "system_prompt": bool(p["system_prompt"]), "frame": p.get("frame"), "paraphrase": p.get("paraphrase"),
-        "temperature": d.temperature, "seed": d.seed, "query": p["query"], "prompt_tokens": int(p["prompt_tokens"]),
+        "model": model_name, "policy": pol.name, "keep_ratio": float(pol.keep_ratio), "sink": int(pol.sink),
+        "temperature": d.temperature, "seed": d.seed, "prompt_tokens": int(p["prompt_tokens"]),
+        **{c: p[c] for c in carry},
     } for p, pol, d, key in plan])
-    return pd.concat([rows, generated], axis=1)[GENERATION_COLUMNS]
+    return pd.concat([rows, generated], axis=1)[out_columns]

@@ -14,3 +14,8 @@ RESULTS_DIR = Path(os.environ.get("REFUSAL_AUDIT_RESULTS", ROOT / "results"))
 def run_dir(run_name: str) -> Path:
     """``results/<run_name>/``: everything one run writes."""
     return RESULTS_DIR / run_name
+
+
+def study_dir(run_name: str, study: str) -> Path:
+    """``results/<run_name>/<study>/``: the study's own tables (its stage tables, its extra tables, its shards)."""
+    return run_dir(run_name) / study

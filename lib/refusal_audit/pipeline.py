@@ -2,10 +2,13 @@
 
 ``items`` (01) -> ``prompts`` (02) -> ``generations`` (03) -> ``judgments`` (04) -> ``stats/<study>/``
 (05) -> ``figures/<study>_*`` + ``manifest.json`` (06). Each stage calls the same-named function of
-every enabled study (``studies/<name>``) and writes one shared table with a ``study`` column; a run
-on a subset of studies rewrites only those studies' rows, so no study overwrites another's. The
-notebooks narrate these calls; the CLI reuses them for ``make check``, ``make generate`` and
-``make judge``.
+every enabled study (``studies/<name>``) and writes that study's table into the study's own folder,
+``results/<run>/<study>/<table>.parquet``, with only the columns the study writes; a study may name its
+tables otherwise (``TABLES``: the policy study's classifiers write ``scores``, judged into ``verdicts``).
+A run on a subset of studies reads and writes only those studies' folders. Run-wide files stay at the
+run's root: ``contamination.csv``, ``stats/``, ``figures/``, ``notebooks/``, ``report.html``,
+``manifest.json``. The notebooks narrate these calls; the CLI reuses them for ``make check``,
+``make generate`` and ``make judge``.
 """
 from __future__ import annotations
 
@@ -14,11 +17,18 @@ from pathlib import Path
 import pandas as pd
 
 from . import config, datasets, judges, models, store, studies
-from .paths import FIGURES_DIR, ROOT, run_dir
+from .paths import FIGURES_DIR, ROOT, run_dir, study_dir
 from .prompts import FILLER_FILE
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
 TABLES = {"items": "items", "prompts": "prompts", "generate": "generations", "judge": "judgments"}
+NOTEBOOK_OF = {"items": "01", "prompts": "02", "generate": "03", "judge": "04"}
+ID_COLUMN = {"generations": "generation_id", "scores": "score_id"}  # what a judgment row points at
+
+
+def tables_of(module) -> dict[str, str]:
+    """Stage -> the file stem of the study's table for it: ``TABLES``, or the study's own names."""
+    return {**TABLES, **getattr(module, "TABLES", {})}
 
 
 def preflight(p: config.Params, pool: models.Pool | None = None, names: list[str] | None = None) -> None:
@@ -40,6 +50,7 @@ class Run:
         self.names = studies.select(list(self.p.studies), only)
         self.models = models.Pool(self.p.models, device=self.p.device)
         self.dir = run_dir(self.p.run_name)
+        store.check_layout(self.dir)
 
     def __repr__(self) -> str:
         return f"run {self.p.run_name!r} from {self.p.source_file}: {', '.join(self.names)}; outputs in {self.dir}"
@@ -47,30 +58,34 @@ class Run:
     def study(self, name: str):
         return studies.module(name)
 
-    # --- the shared stage tables -----------------------------------------------------------------------
-    def table(self, name: str, study: str | None = None) -> pd.DataFrame:
-        """A stage table of this run (one study's rows with ``study``); a missing one names its stage."""
-        path = self.dir / f"{name}.parquet"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: not found; run the earlier notebooks first "
-                                    f"(make all PARAMS={self.p.source_file})")
-        df = pd.read_parquet(path)
-        return df[df["study"] == study].reset_index(drop=True) if study else df
+    def folder(self, name: str) -> Path:
+        """The study's own folder: its stage tables, extra tables, shards and sheets."""
+        return study_dir(self.p.run_name, name)
 
-    def _save(self, name: str, parts: dict[str, pd.DataFrame]) -> None:
-        """Write the stage table: these studies' rows replaced, every other study's rows kept."""
-        path = self.dir / f"{name}.parquet"
-        keep = []
-        if path.is_file():
-            old = pd.read_parquet(path)
-            keep = [old[~old["study"].isin(list(parts))]]
-        frames = [f for f in keep + list(parts.values()) if len(f)]
-        store.write_atomic(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), path)
+    # --- each study's stage tables -------------------------------------------------------------------------
+    def table(self, name: str, study: str) -> pd.DataFrame:
+        """The study's table ``name`` (``items``, ``generations``, ``scores``, ...); a missing stage table
+        names the notebook (and ``make`` call) that writes it."""
+        path = self.folder(study) / f"{name}.parquet"
+        if not path.is_file():
+            stage = next((s for s, t in tables_of(self.study(study)).items() if t == name), None)
+            writer = f"notebook {NOTEBOOK_OF[stage]} ({stage})" if stage else "its stages"
+            raise FileNotFoundError(f"{path}: not found: the {study} study's {name} table, written by {writer}, "
+                                    f"has not run for this run; run make all PARAMS={self.p.source_file} "
+                                    f"STUDIES={study}")
+        return pd.read_parquet(path)
+
+    def output(self, stage: str, study: str) -> pd.DataFrame:
+        """What ``stage`` wrote for ``study`` (its table under the study's name for it)."""
+        return self.table(tables_of(self.study(study))[stage], study)
 
     def _stage(self, stage: str, compute) -> dict[str, pd.DataFrame]:
-        parts = {name: compute(name, self.study(name)) for name in self.names}
-        self._save(TABLES[stage], parts)
-        return parts
+        """Each study's part of ``stage``, written to its folder as soon as it is computed."""
+        out = {}
+        for name in self.names:
+            out[name] = compute(name, self.study(name))
+            store.write_atomic(out[name], self.folder(name) / f"{tables_of(self.study(name))[stage]}.parquet")
+        return out
 
     # --- the six stages ----------------------------------------------------------------------------------
     def items(self) -> dict[str, pd.DataFrame]:
@@ -81,13 +96,22 @@ class Run:
         return out
 
     def audit(self) -> pd.DataFrame:
-        """Every study's items against every training pool the project uses: per item
-        (``contamination_items.parquet``) and per (study:dataset, pool) (``contamination.csv``)."""
+        """This run's studies' items against every training pool the project uses: per item (each study's
+        ``contamination.parquet``) and per (study:dataset, pool) in the run-wide ``contamination.csv``,
+        where only these studies' rows are replaced."""
         from . import report
 
-        rows, overlap = report.audit(self.p, self.table("items"))
-        store.write_atomic(rows, self.dir / "contamination_items.parquet")
-        overlap.to_csv(self.dir / "contamination.csv", index=False)
+        items = pd.concat([self.table("items", n).assign(study=n) for n in self.names], ignore_index=True)
+        rows, overlap = report.audit(self.p, items)
+        for n in self.names:
+            store.write_atomic(rows[rows["id"].str.startswith(f"{n}:")].reset_index(drop=True),
+                               self.folder(n) / "contamination.parquet")
+        path = self.dir / "contamination.csv"
+        if path.is_file():
+            old = pd.read_csv(path)
+            overlap = pd.concat([old[~old["benchmark"].str.split(":").str[0].isin(self.names)], overlap],
+                                ignore_index=True)
+        overlap.to_csv(path, index=False)
         return overlap
 
     def contamination(self) -> pd.DataFrame:
@@ -97,30 +121,30 @@ class Run:
         return overlap[mine & (overlap["pool"] != "(any)")].reset_index(drop=True)
 
     def prompts(self) -> dict[str, pd.DataFrame]:
-        return self._stage("prompts", lambda name, s: s.prompts(self.p, self.table("items", name), self.models))
+        return self._stage("prompts", lambda name, s: s.prompts(self.p, self.output("items", name), self.models))
 
     def generate(self) -> dict[str, pd.DataFrame]:
-        shards = store.ShardStore(self.dir / "shards" / "generations")
-        return self._stage("generate", lambda name, s: s.generate(self.p, self.table("prompts", name), self.models,
-                                                                  shards))
+        return self._stage("generate", lambda name, s: s.generate(
+            self.p, self.output("prompts", name), self.models,
+            store.ShardStore(self.folder(name) / "shards" / "generations")))
 
     def judge(self) -> dict[str, pd.DataFrame]:
-        return self._stage("judge", lambda name, s: s.judge(self.p, self.table("generations", name), self.models,
-                                                            self.dir))
+        return self._stage("judge", lambda name, s: s.judge(self.p, self.output("generate", name), self.models,
+                                                            self.folder(name)))
 
     def decontaminated(self, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(the study's items without contaminated ones, the exclusion per dataset). An item is
-        contaminated when the audit (``contamination_items.parquet``) finds it, exactly or nearly, in a
+        contaminated when the audit (the study's ``contamination.parquet``) finds it, exactly or nearly, in a
         pool the study's scores rest on (``audited_pools``: the training requests of the models it
         measures; for kv, which measures the monitors, also the learned judges'); a study whose unit of analysis
         groups items (``CONTAMINATION_UNIT``: a confusion cluster) loses the whole unit. A dataset
         left with no item is reported as excluded, never divided by."""
         from . import contamination
 
-        module, items = self.study(name), self.table("items", name)
+        module, items = self.study(name), self.output("items", name)
         pools = module.audited_pools(self.p)
-        rows = pd.read_parquet(self.dir / "contamination_items.parquet")
-        rows = rows[rows["pool"].isin(pools) & rows["id"].str.startswith(f"{name}:")]
+        rows = self.table("contamination", name)
+        rows = rows[rows["pool"].isin(pools)]
         audited = items[items["role"] != "train"]
         evaluation = pd.DataFrame({"id": name + ":" + audited["item_id"].astype(str), "prompt": audited["text"]})
         clean = contamination.decontaminate(evaluation, rows) if pools else evaluation
@@ -143,11 +167,12 @@ class Run:
         out = {}
         for name in self.names:
             items, excluded = self.decontaminated(name)
-            gens = self.table("generations", name)
-            out_ids = set(gens["generation_id"][~gens["item_id"].isin(set(items["item_id"])) & gens["item_id"].notna()])
-            gens = gens[~gens["generation_id"].isin(out_ids)].reset_index(drop=True)
-            judged = self.table("judgments", name)
-            judged = judged[~judged["generation_id"].isin(out_ids)].reset_index(drop=True)
+            gens = self.output("generate", name)
+            key = ID_COLUMN[tables_of(self.study(name))["generate"]]
+            out_ids = set(gens[key][~gens["item_id"].isin(set(items["item_id"])) & gens["item_id"].notna()])
+            gens = gens[~gens[key].isin(out_ids)].reset_index(drop=True)
+            judged = self.output("judge", name)
+            judged = judged[~judged[key].isin(out_ids)].reset_index(drop=True)
             tables = {**self.study(name).analyse(self.p, items, gens, judged), "decontamination": excluded}
             folder = self.dir / "stats" / name
             folder.mkdir(parents=True, exist_ok=True)
@@ -184,7 +209,9 @@ class Run:
         from .judges.keyword import LISTS_FILE
 
         files = {Path(self.p.source_file).resolve(), FILLER_FILE, LISTS_FILE}
-        sources = self.table("items")["source_file"].dropna().unique()
+        written = [self.folder(n) / "items.parquet" for n in self.p.studies]  # every study of the run folder
+        sources = pd.concat([pd.read_parquet(f, columns=["source_file"])["source_file"] for f in written
+                             if f.is_file()]).dropna().unique()
         files |= {datasets.DATA_DIR / f for f in sources if (datasets.DATA_DIR / f).is_file()}
         for m in self.p.models.values():
             where = models.resolve(m.source)
@@ -224,10 +251,15 @@ def run_notebooks(params_file: str, only: str = "") -> None:
     print(f"[{run.p.run_name}] report: {report.write(run)}", flush=True)
 
 
+USER = "user"  # the user routes' material: results/<RUN>/user/ (make generate, make judge)
+USER_COLUMNS = ("role", "filler_tokens", "system_prompt", "query")  # beside the core: the condition, the request
+
+
 def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file: str, policy_names: list[str],
                   filler_tokens: int) -> Path:
     """``make generate``: replies to a user's prompts under the chosen retention policies (greedy), with
-    the retention settings and ``max_new_tokens`` of the params file's kv section."""
+    the retention settings and ``max_new_tokens`` of the params file's kv section, written to
+    ``results/<RUN>/user/generations.parquet`` (its shards beside it)."""
     from . import executor, generation
     from .prompts import build_prompts
     from .studies.kv import design
@@ -245,10 +277,11 @@ def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file:
     parts = [build_prompts(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
                            kv.max_new_tokens) for i in range(len(items))]
     prompts = pd.concat(parts, ignore_index=True).assign(prompt_id=items["item_id"].values)
-    shards = store.ShardStore(run_dir(run_name) / "shards" / "generations")
-    gens = executor.generate(p, pool, model_name, prompts, lambda row: policy_list, shards,
-                             [generation.Decoding(0.0, p.seed, kv.max_new_tokens)])
-    return store.write_atomic(gens, run_dir(run_name) / "generations.parquet")
+    folder = study_dir(run_name, USER)
+    gens = executor.generate(p, pool, model_name, prompts, lambda row: policy_list,
+                             store.ShardStore(folder / "shards" / "generations"),
+                             [generation.Decoding(0.0, p.seed, kv.max_new_tokens)], carry=USER_COLUMNS)
+    return store.write_atomic(gens, folder / "generations.parquet")
 
 
 def read_replies(path: str | Path) -> pd.DataFrame:
@@ -274,10 +307,12 @@ def read_replies(path: str | Path) -> pd.DataFrame:
 
 
 def judge_user(replies_file: str, run_name: str, params_file: str) -> Path:
-    """``make judge``: every configured judge on replies produced elsewhere, plus the agreement table."""
+    """``make judge``: every configured judge on replies produced elsewhere, plus the agreement table, in
+    ``results/<RUN>/user/`` (``judgments.parquet``, ``judge_agreement.csv``)."""
     p = config.load(params_file)
     replies = read_replies(replies_file)
     out = judges.judge_replies(judges.build(p, models.Pool(p.models, device=p.device).load), replies)
-    path = store.write_atomic(out, run_dir(run_name) / "judgments.parquet")
-    judges.agreement(out).to_csv(run_dir(run_name) / "judge_agreement.csv", index=False)
+    folder = study_dir(run_name, USER)
+    path = store.write_atomic(out, folder / "judgments.parquet")
+    judges.agreement(out).to_csv(folder / "judge_agreement.csv", index=False)
     return path

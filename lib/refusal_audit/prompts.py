@@ -58,8 +58,8 @@ def prompt_id(*parts) -> str:
 def build_prompts(items: pd.DataFrame, tokenizer, conditions: list[tuple[int, str | None]],
                   context_window: int | None = None, max_new_tokens: int = 0) -> pd.DataFrame:
     """One prompt per item and (filler_tokens, system) condition. The query is the item's ``query``
-    column when it has one, else its ``text``; ``frame`` and ``paraphrase`` pass through and enter
-    the prompt's id.
+    column when it has one, else its ``text``; ``frame`` and ``paraphrase``, where the items have them,
+    pass through and enter the prompt's id.
 
     Raises before returning anything if a prompt would not fit the context window.
     """
@@ -79,4 +79,4 @@ def build_prompts(items: pd.DataFrame, tokenizer, conditions: list[tuple[int, st
                 "system_prompt": bool(system), "frame": frame, "paraphrase": paraphrase, "query": query,
                 "text": tokenizer.decode(ids), "input_ids": ids, "prompt_tokens": len(ids),
             })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).drop(columns=[c for c in ("frame", "paraphrase") if c not in items])

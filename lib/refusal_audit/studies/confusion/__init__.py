@@ -199,7 +199,7 @@ def seed_rows(p) -> pd.DataFrame:
 def llm_paraphrases(p, rows: pd.DataFrame, pool=None) -> pd.DataFrame:
     """The seeds of ``rows`` and k paraphrases of each from ``confusion.paraphraser.model``."""
     from ... import models as model_lib
-    from ...paths import run_dir
+    from ...paths import study_dir
     from . import paraphrase
 
     c = p.studies[NAME]
@@ -207,7 +207,7 @@ def llm_paraphrases(p, rows: pd.DataFrame, pool=None) -> pd.DataFrame:
     pool = pool or model_lib.Pool({pp.model: p.models[pp.model]})
     model, tok = pool.load(pp.model)
     seeds = rows[rows["member"] == 0].reset_index(drop=True)
-    shards = store.ShardStore(run_dir(p.run_name) / "shards" / "paraphrases")
+    shards = store.ShardStore(study_dir(p.run_name, NAME) / "shards" / "paraphrases")
     new = paraphrase.paraphrase(model, tok, pp.model, seeds, c.data.k, pp.temperature, pp.max_new_tokens, p.seed,
                                 shards, p.generation.batch_rows)
     out = pd.concat([seeds.assign(paraphraser_note=""), new], ignore_index=True)
@@ -300,9 +300,9 @@ def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
 # --- 03 generation ---------------------------------------------------------------------------------------
 def pairs_path(p) -> Path:
     """The run's table of pair signals (``pairs.py``): the cache read by the statistics stage."""
-    from ...paths import run_dir
+    from ...paths import study_dir
 
-    return run_dir(p.run_name) / "confusion" / "pair_signals.parquet"
+    return study_dir(p.run_name, NAME) / "pair_signals.parquet"
 
 
 def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.DataFrame]:
@@ -341,6 +341,9 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
     return out
 
 
+CARRY = ("role", "query")  # beside the engine's core: the prompt's role and the request
+
+
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """Token signals of every prompt (all models first), then one greedy reply per prompt and model."""
     from ... import executor, generation, retention
@@ -352,7 +355,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     for name in c.models:
         rows = prompts[prompts["model"] == name]
         gens = executor.generate(p, models, name, rows, lambda row: full, shards,
-                                 [generation.Decoding(0.0, p.seed, c.max_new_tokens)])
+                                 [generation.Decoding(0.0, p.seed, c.max_new_tokens)], carry=CARRY)
         parts.append(gens.merge(per_model[name], on="prompt_id", how="left", validate="many_to_one"))
     return pd.concat(parts, ignore_index=True)
 
@@ -365,7 +368,7 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     built_p = p if needs_llm else dataclasses.replace(p, judges=dataclasses.replace(p.judges, llm=None))
     chosen = [j for j in judges.build(built_p, models.load) if j.name in names]
     replies = generations.rename(columns={"query": "prompt"})
-    return judges.judge_replies(chosen, replies).assign(study=NAME)
+    return judges.judge_replies(chosen, replies)
 
 
 # --- 05 statistics -------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ hand under five rules, see its SOURCE.md); with a capable model named in params,
 check the paraphrases this module writes. Each seed is asked once per sample: the instruction
 below (the rules of the hand-written set, condensed), rendered with the paraphraser's chat
 template, decoded by the shared engine at ``temperature`` under seeds ``0..k-1`` (resumable shards
-under ``results/<run>/shards/paraphrases``). The reply's first non-empty line, stripped of quotes
+under ``results/<run>/confusion/shards/paraphrases``). The reply's first non-empty line, stripped of quotes
 and a leading label ("Paraphrase:"), is the paraphrase. An empty or unchanged reply is kept with
 its reason and fails the gates like any other paraphrase.
 """

@@ -8,8 +8,8 @@ Writes ``results/<RUN>/``:
 - ``confusion_clusters.csv``: the per-cluster table; ``confusion_prompts.csv``: one row per prompt
   and judge (gates, decision, events, CI, signals, depth);
 - ``confusion_map.png``, ``confusion_frr_vs_rate.png`` and ``report.html`` (aggregates only: no
-  reply is shown); with a model run also ``items.parquet``, ``generations.parquet``,
-  ``judgments.parquet`` and ``confusion/pair_signals.parquet``.
+  reply is shown); the study's tables in ``results/<RUN>/confusion/``: ``items.parquet`` and, with a
+  model run, ``generations.parquet``, ``judgments.parquet``, ``pair_signals.parquet`` and the shards.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     """See the module docstring; every input is checked before the encoder or any model loads."""
     from ... import config
     from ... import models as model_lib
-    from ...paths import run_dir
+    from ...paths import run_dir, study_dir
     from .. import confusion as study
 
     p = config.load(params_file)
@@ -77,16 +77,16 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
             model_lib.resolve(pool.spec(name).source)
         p = dataclasses.replace(p, studies={**p.studies, study.NAME: dataclasses.replace(c, models=model_names)})
         study.preflight(p, pool)
-    folder = run_dir(run_name)
+    folder, tables = run_dir(run_name), study_dir(run_name, study.NAME)
     items = study.build_items(p, rows)
-    store.write_atomic(items, folder / "items.parquet")
+    store.write_atomic(items, tables / "items.parquet")
     cp = study.confusion_params(p.studies[study.NAME])
     if decided is None:
         built = study.prompts(p, items, pool)
-        gens = study.generate(p, built, pool, store.ShardStore(folder / "shards" / "generations"))
-        judged = study.judge(p, gens, pool, folder)
-        store.write_atomic(gens, folder / "generations.parquet")
-        store.write_atomic(judged, folder / "judgments.parquet")
+        gens = study.generate(p, built, pool, store.ShardStore(tables / "shards" / "generations"))
+        store.write_atomic(gens, tables / "generations.parquet")
+        judged = study.judge(p, gens, pool, tables)
+        store.write_atomic(judged, tables / "judgments.parquet")
         decisions = analysis.decisions(gens, judged)
         pairs = analysis.pair_table(gens, cp)
     else:
@@ -95,7 +95,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     per_prompt, per_cluster = analysis.score_decisions(items, decisions, pairs, cp)
     if per_cluster.empty:
         raise ValueError(f"{clusters_csv}: no cluster kept two decided members after the gates; "
-                         f"{folder / 'items.parquet'} says why for each row")
+                         f"{tables / 'items.parquet'} says why for each row")
     summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
     write_tables(folder, items, per_prompt, per_cluster, summary)
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ... import datasets, executor, generation, judges, retention, store
 from ...config import ParamsError, need, need_models, testbed_note
-from ...paths import DATA_DIR
+from ...paths import DATA_DIR, study_dir
 from ...prompts import build_prompts
 from . import charts
 from . import wrapper as W
@@ -82,7 +82,7 @@ class Params:
     calibration_frame: str = "N"
     # an item whose calibration replies are all unparseable (empty: the model stopped at once) has no
     # tier: false = one error before any framed generation; true = the item is dropped from the framed
-    # generation and listed in frames_tiers with tier "none"
+    # generation and listed in the study folder's tiers.parquet with tier "none"
     drop_untiered: bool = False
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.4, 0.8])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -279,7 +279,7 @@ def items(p) -> pd.DataFrame:
         n = min(fr.data.tier_pool or len(pool), len(pool)) if fr.data.tier_balance else fr.data.count(s)
         parts.append(pool.sample(n, random_state=p.seed).sort_values("item_id"))
     out = pd.concat(parts, ignore_index=True)
-    out = out.assign(study=NAME, role=out["stratum"], text=out["source_text"], choices="", answer="")
+    out = out.assign(study=NAME, role=out["stratum"], text=out["source_text"])
     cols = datasets.ITEM_COLUMNS + ["stratum", "template", "paraphrase_a", "paraphrase_b", "request_a", "request_b"]
     return out[cols].astype({"source_row": int}).reset_index(drop=True)
 
@@ -357,26 +357,25 @@ def balanced_draw(tiers: pd.DataFrame, sizes: dict[str, int], seed: int) -> set[
     return chosen
 
 
-def run_folder(shards: store.ShardStore) -> Path:
-    return Path(shards.folder).parent.parent  # <run>/shards/generations
+CARRY = ("role", "frame", "paraphrase", "query")  # beside the engine's core: the stratum, frame and paraphrase
 
 
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """1) calibration: the reference model, calibration frame, the whole decoding grid, on every drawn
     item (its shards are reused by the grid) -> tiers, and with ``tier_balance`` the tier-balanced draw
-    (``frames_tiers.parquet``, column ``selected``); 2) familiarity: Min-K% Prob per model and body
-    (``frames_familiarity.parquet``); 3) the framed grid for every model, on the selected items."""
+    (the study folder's ``tiers.parquet``, column ``selected``); 2) familiarity: Min-K% Prob per model and
+    body (``familiarity.parquet``); 3) the framed grid for every model, on the selected items."""
     from ...judges.outcome import OutcomeJudge
     from . import familiarity
 
     fr = p.studies[NAME]
-    folder = run_folder(shards)
+    folder = study_dir(p.run_name, NAME)
     full = [retention.make("full")]
     grid = generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens)
     ref = reference(fr)
     ref_prompts = prompts[(prompts["model"] == ref)  # rendered with the reference model's own tokenizer
                           & (prompts["frame"] == fr.calibration_frame)]
-    calib = executor.generate(p, models, ref, ref_prompts, lambda r: full, shards, grid)
+    calib = executor.generate(p, models, ref, ref_prompts, lambda r: full, shards, grid, carry=CARRY)
     calib = calib.merge(ref_prompts[["prompt_id", "request"]].drop_duplicates("prompt_id"), on="prompt_id")
     verdicts = OutcomeJudge().judge_many(calib["request"].tolist(), calib["reply"].tolist())
     calib = calib.assign(label=[v[0] for v in verdicts])
@@ -386,7 +385,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     selected = (balanced_draw(tiers, fr.data.counts(), p.seed) if fr.data.tier_balance
                 else set(tiers.loc[tiers["tier"] != "none", "item_id"]))
     tiers = tiers.assign(selected=tiers["item_id"].isin(selected))
-    store.write_atomic(tiers.assign(reference_model=ref), folder / f"{NAME}_tiers.parquet")
+    store.write_atomic(tiers.assign(reference_model=ref), folder / "tiers.parquet")
     fam, parts = [], []
     public = familiarity.texts(items(p))  # the source texts and their unseen reference (the requests)
     for m in fr.models:
@@ -395,16 +394,16 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
         b = mine.drop_duplicates(["item_id", "paraphrase"])[["item_id", "paraphrase", "body"]]
         b = pd.concat([b, public[public["item_id"].isin(b["item_id"])]], ignore_index=True)
         fam.append(familiarity.scores(model, tok, b, fr.min_k).assign(model=m))
-        parts.append(executor.generate(p, models, m, mine, lambda r: full, shards, grid))
+        parts.append(executor.generate(p, models, m, mine, lambda r: full, shards, grid, carry=CARRY))
     nulls = []  # the null control: the reference frame's prompt under every frame label (DEFINITIONS.md)
     for m in fr.null_control:
         rows = prompts[(prompts["model"] == m) & (prompts["frame"] == fr.reference_frame)
                        & prompts["item_id"].isin(selected)]
         for k, f in enumerate(fr.frames):
             g = generation.decoding_grid(fr.temperatures, null_seeds(fr.seeds, k), fr.max_new_tokens)
-            nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g)))
+            nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g, carry=CARRY)))
     fam = pd.concat(fam, ignore_index=True)
-    store.write_atomic(fam, folder / f"{NAME}_familiarity.parquet")
+    store.write_atomic(fam, folder / "familiarity.parquet")
     per_item = familiarity.per_item(fam)
     extra = prompts[["prompt_id", "model", "body", "request"]].drop_duplicates(["prompt_id", "model"])
 
@@ -425,7 +424,7 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     fr = p.studies[NAME]
     replies = generations.rename(columns={"request": "prompt"})
     chosen = [OutcomeJudge()] + [j for j in judges.build(p, models.load) if j.name in (fr.second_judge, "learned_harmful")]
-    return judges.judge_replies(chosen, replies).assign(study=NAME)
+    return judges.judge_replies(chosen, replies)
 
 
 # --- 05 statistics -------------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ def items(p) -> pd.DataFrame:
                                                  NAME))
     if d.mmlu_per_subject:
         parts.append(datasets.mmlu(d.mmlu_subjects, d.mmlu_per_subject, p.seed, NAME))
-    out = pd.concat(parts, ignore_index=True).reindex(columns=datasets.ITEM_COLUMNS)
+    out = pd.concat(parts, ignore_index=True).reindex(columns=datasets.ITEM_COLUMNS + datasets.MMLU_COLUMNS)
     out["item_id"] = out["role"].map({"harmful_official": "official-"}).fillna("") + out["item_id"]
     datasets.validate_items(out, f"{p.source_file}: kv items")
     return out
@@ -193,6 +193,9 @@ def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
 
 
 # --- 03 generation -------------------------------------------------------------------------------------
+CARRY = ("role", "filler_tokens", "system_prompt", "query")  # beside the engine's core: the condition, the request
+
+
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """ONE prefill per prompt; every policy of its condition decodes greedily from its own copy of the
     cache. MMLU items are answered by the most likely letter after a cue, under the same retention."""
@@ -211,11 +214,11 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     greedy = [generation.Decoding(0.0, p.seed, kv.max_new_tokens)]
     parts = []
     for m, harmful, mmlu in plans:
-        parts.append(executor.generate(p, models, m, harmful, policies_of, shards, greedy))
+        parts.append(executor.generate(p, models, m, harmful, policies_of, shards, greedy, carry=CARRY))
         if len(mmlu):
             cue = models.tokenizer(m).encode(MMLU_CUE, add_special_tokens=False)  # the model loads where it runs
             parts.append(executor.generate(p, models, m, mmlu, policies_of, shards, greedy,
-                                           answer_cue=(cue, ["A", "B", "C", "D"])))
+                                           answer_cue=(cue, ["A", "B", "C", "D"]), carry=CARRY))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -223,9 +226,9 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
 def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     """Every configured judge on every reply to a harmful prompt (a judge sees the request, not the
     filler); the replies on which the keyword monitor and the learned judges disagree go to a blind
-    sheet for human labels (``annotation/``)."""
+    sheet for human labels (the study folder's ``annotation/``)."""
     replies = generations[generations["role"] != "mmlu"].rename(columns={"query": "prompt"})
-    out = judges.judge_replies(judges.build(p, models.load), replies).assign(study=NAME)
+    out = judges.judge_replies(judges.build(p, models.load), replies)
     annotation_sheet(p, out, replies, folder / "annotation")
     return out
 

@@ -14,8 +14,11 @@ their own verdict conventions, and each convention's free choices swept (``conve
 Stages: 01 items = the dual-labelled pool with its split (train / validation / benchmark) and the
 audit of every held-out row; 02 prompts = every row as the guards see it; 03 generate = train every
 arm (and each seed recipe under ``n_seeds`` seeds) and score every held-out row, and run the released
-guards named in params on the clean benchmark rows (a generation row = one guard's raw output on one
-prompt); 04 judge = every output under every mode of its convention; 05 statistics; 06 figures.
+guards named in params on the clean benchmark rows: the ``scores`` table, one row per (guard, seed, row),
+with what the guard said (``verdict``: an arm's top class, a released guard's raw output) and its
+probabilities, and ``models.parquet``, one row per guard and seed (route, parameters, seconds); 04 judge
+= every verdict under every mode of its convention and at every threshold (``verdicts``); 05
+statistics; 06 figures. The study writes no generations: nothing here is a reply to a prompt.
 """
 from __future__ import annotations
 
@@ -251,14 +254,14 @@ def preflight(p, models) -> None:
 def items(p) -> pd.DataFrame:
     """The dual-labelled pool, split into training / validation / benchmark rows (``role``), every
     held-out row audited against the training rows (``contaminated``, ``clean``). The full audit is
-    also written to ``results/<run>/policy_audit.parquet``."""
+    also written to the study folder's ``audit.parquet``."""
     s = p.studies[NAME]
     split = _pool(p).rename(columns={"prompt": "text"})
     embed = None
     if s.semantic_audit:
         from ...encoder import embed
     audited = design.audit(split, semantic=s.semantic_audit, embed=embed)
-    store.write_atomic(audited, paths.run_dir(p.run_name) / "policy_audit.parquet")
+    store.write_atomic(audited, paths.study_dir(p.run_name, NAME) / "audit.parquet")
     return design.build_items(split.rename(columns={"text": "prompt"}), audited, NAME)
 
 
@@ -298,23 +301,20 @@ def jobs(s, seed: int) -> list[tuple[str, int]]:
     return [(a.name, seed) for a in s.arms] + [(r, seed + i) for r in s.seed_recipes for i in range(1, s.n_seeds)]
 
 
+TABLES = {"generate": "scores", "judge": "verdicts"}  # a classifier scores; its verdicts are judged, not replies
 PROMPT_COLUMNS = ["prompt_id", "item_id", "role", "benchmark", "clean", "query", "label_a", "label_b", "prompt_tokens"]
-# the engine's generation columns that do not apply to a classifier's verdict, at their neutral values
-# (no retention policy, no filler, no frame or paraphrase: the kv and frames studies' columns)
-NEUTRAL = {"policy": "full", "keep_ratio": 1.0, "sink": 0, "filler_tokens": 0, "system_prompt": False,
-           "frame": None, "paraphrase": None, "temperature": 0.0}
+SCORE_COLUMNS = ["score_id", "prompt_id", "item_id", "role", "model", "seed", "kind", "convention", "verdict",
+                 "p_unsafe", *(f"p_{c}" for c in arms.CLASSES)]  # the scores table; per model: models.parquet
 
 
 def _arm_rows(s, name: str, seed: int, fitted: arms.Fitted, probs: np.ndarray, held: pd.DataFrame,
               score_s: float, n_train: int) -> pd.DataFrame:
     arm = {a.name: a for a in s.arms}[name]
     out = pd.DataFrame({
-        "generation_id": [f"policy|{name}|s{seed}|{i}" for i in held["item_id"]],
-        "prompt_id": held["prompt_id"].to_numpy(), "item_id": held["item_id"].to_numpy(), "study": NAME,
-        "role": held["role"].to_numpy(), "model": name, **NEUTRAL, "seed": seed, "query": held["query"].to_numpy(),
-        "reply": np.asarray(arms.CLASSES)[probs.argmax(1)], "new_tokens": 0, "finish": "classifier",
-        "prompt_tokens": held["prompt_tokens"].to_numpy(), "kept_positions": held["prompt_tokens"].to_numpy(),
-        "kind": "arm", "convention": "arm4", "arm_route": arms.route(arm), "last_signal": arms.last_signal(arm),
+        "score_id": [f"policy|{name}|s{seed}|{i}" for i in held["item_id"]],
+        "prompt_id": held["prompt_id"].to_numpy(), "item_id": held["item_id"].to_numpy(),
+        "role": held["role"].to_numpy(), "model": name, "seed": seed,
+        "verdict": np.asarray(arms.CLASSES)[probs.argmax(1)], "kind": "arm", "convention": "arm4", "arm_route": arms.route(arm), "last_signal": arms.last_signal(arm),
         "hard_a": arm.hard_a, "teacher": arm.teacher, "recalibrate": arm.recalibrate,
         "calibration": arm.calibration if arm.recalibrate != "none" else np.nan,
         "n_calibration": fitted.n_calibration if arm.recalibrate != "none" else np.nan,
@@ -329,8 +329,9 @@ def _arm_rows(s, name: str, seed: int, fitted: arms.Fitted, probs: np.ndarray, h
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """Train every arm (frozen-encoder arms on embeddings computed once per text) and score every held-out
     row; one shard per model (a rerun skips finished models). Then each released guard of params on the
-    clean benchmark rows, under its own chat template (one shard per guard). Writes
-    ``results/<run>/policy_models.parquet`` (one row per model: route, trained parameters, seconds)."""
+    clean benchmark rows, under its own chat template (one shard per guard). Returns the scores
+    (``SCORE_COLUMNS``) and writes the study folder's ``models.parquet`` (one row per model and seed: route,
+    trained parameters, seconds)."""
     from ...encoder import embed
 
     s = p.studies[NAME]
@@ -362,8 +363,18 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     for g in s.guards:
         parts.append(_guard_rows(p, g, held, models, shards))
     out = pd.concat(parts, ignore_index=True)
-    store.write_atomic(analysis.models_table(out), paths.run_dir(p.run_name) / "policy_models.parquet")
-    return out
+    store.write_atomic(analysis.models_table(out), models_path(p))
+    return out[SCORE_COLUMNS]
+
+
+def models_path(p) -> Path:
+    return paths.study_dir(p.run_name, NAME) / "models.parquet"
+
+
+def with_models(p, scores: pd.DataFrame) -> pd.DataFrame:
+    """The scores with their model's columns (kind, route, last signal, ...) from ``models.parquet``."""
+    m = pd.read_parquet(models_path(p)).drop(columns=["kind", "convention", "trained_share"])
+    return scores.merge(m, on=["model", "seed"], how="left", validate="many_to_one")
 
 
 def guard_prompts(held: pd.DataFrame, per_benchmark: int, seed: int) -> pd.DataFrame:
@@ -389,11 +400,11 @@ def _guard_rows(p, g, held: pd.DataFrame, models, shards: store.ShardStore) -> p
         risk_name=g.risk_name, batch_size=g.batch_size)
     seconds = time.perf_counter() - start
     out = pd.DataFrame({
-        "generation_id": [f"policy|{g.model}|s{p.seed}|{i}" for i in rows["item_id"]],
-        "prompt_id": rows["prompt_id"].to_numpy(), "item_id": rows["item_id"].to_numpy(), "study": NAME,
-        "role": rows["role"].to_numpy(), "model": g.model, **NEUTRAL, "seed": p.seed, "query": rows["query"].to_numpy(),
-        "reply": texts, "new_tokens": new_tokens, "finish": finish, "prompt_tokens": lengths,
-        "kept_positions": lengths, "kind": "guard", "convention": g.convention,
+        "score_id": [f"policy|{g.model}|s{p.seed}|{i}" for i in rows["item_id"]],
+        "prompt_id": rows["prompt_id"].to_numpy(), "item_id": rows["item_id"].to_numpy(),
+        "role": rows["role"].to_numpy(), "model": g.model, "seed": p.seed,
+        "verdict": texts, "new_tokens": new_tokens, "finish": finish, "prompt_tokens": lengths,
+        "kind": "guard", "convention": g.convention,
         "arm_route": f"guard model {spec.source} read under the {g.convention} convention"
                      + (" (prompted with a system text)" if g.system else ""),
         "last_signal": "unknown", "trained_params": np.nan, "total_params": np.nan, "train_s": 0.0,
@@ -404,18 +415,18 @@ def _guard_rows(p, g, held: pd.DataFrame, models, shards: store.ShardStore) -> p
 
 
 # --- 04 judging ------------------------------------------------------------------------------------------------
-def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
-    """Every guard output under every mode of its convention (``conventions.judge``): loose and strict,
+def judge(p, scores: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
+    """Every guard verdict under every mode of its convention (``conventions.judge``): loose and strict,
     and each probability threshold where the guard has a probability. An output no parser reads is
     ``unparseable`` (counted in ``stats/policy/unparseable.csv``)."""
-    return conventions.judge(generations, p.studies[NAME].thresholds).assign(study=NAME)
+    return conventions.judge(scores, p.studies[NAME].thresholds)
 
 
 # --- 05 statistics ---------------------------------------------------------------------------------------------
-def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def analyse(p, items: pd.DataFrame, scores: pd.DataFrame, verdicts: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Scores on clean rows (Wilson), Delta_b, Phi_b, Delta_b / Phi_b, the rank test, validation accuracy vs
     policy agreement and capability (Spearman), the BOUNDARY_SAFE mapping, the convention sweep."""
-    return analysis.analyse(p.studies[NAME], p.seed, p.stats.alpha, items, generations, judgments)
+    return analysis.analyse(p.studies[NAME], p.seed, p.stats.alpha, items, with_models(p, scores), verdicts)
 
 
 # --- 06 figures ------------------------------------------------------------------------------------------------
@@ -529,7 +540,7 @@ def summary(p, stage: str, table) -> list:
         return [table.groupby(["role"]).agg(prompts=("prompt_id", "size"), tokens=("prompt_tokens", "mean"),
                                             truncated=("truncated", "sum"))]
     if stage == "generate":
-        m = analysis.models_table(table)
+        m = pd.read_parquet(models_path(p))
         arm_rows = m[m["kind"] == "arm"]
         return [m[["model", "seed", "kind", "last_signal", "arm_route", "n_calibration", "trained_params",
                    "trained_share", "train_s", "score_s"]].round(6),
@@ -619,12 +630,12 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
 
     p = config.load(params_file)
     folder = paths.run_dir(run_name)
-    items_file, arms_file = folder / "items.parquet", folder / "stats" / NAME / "guard_verdict.csv"
+    store.check_layout(folder)
+    items_file, arms_file = folder / NAME / "items.parquet", folder / "stats" / NAME / "guard_verdict.csv"
     for f in (items_file, arms_file):
         if not f.is_file():
             raise FileNotFoundError(f"{f}: not found; run the policy study first (make all PARAMS=... STUDIES=policy)")
-    items = pd.read_parquet(items_file)
-    items = design.own(items[items["study"] == NAME].reset_index(drop=True))
+    items = design.own(pd.read_parquet(items_file))
     rows = verdict.scored_rows(items)
     answers = verdict.read_answers(verdicts_file, rows["item_id"].tolist(), guard)
     alpha = p.stats.alpha

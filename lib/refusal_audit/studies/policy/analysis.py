@@ -1,4 +1,4 @@
-"""The policy study's statistics, from the shared stage tables (items, generations, judgments).
+"""The policy study's statistics, from its tables (items, scores with their models, verdicts).
 
 **The score a number rests on.** A benchmark's score for a guard is the share of its *clean*
 prompts (no exact or near-duplicate in the training pool) the guard calls unsafe: its catch rate
@@ -29,16 +29,17 @@ MODEL_COLUMNS = ["model", "seed", "kind", "convention", "arm_route", "last_signa
 
 
 def merged(items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
-    """One row per judgment with its guard (model, seed, kind, last signal) and its prompt's item
-    columns (benchmark, direction, role, labels under A and B, disputed, clean)."""
-    g = generations[["generation_id", "item_id", "model", "seed", "kind", "convention", "last_signal", "reply"]]
+    """One row per judged verdict with its guard (model, seed, kind, last signal) and its prompt's item
+    columns (benchmark, direction, role, labels under A and B, disputed, clean). ``generations``: the
+    scores with their models' columns (``with_models``)."""
+    g = generations[["score_id", "item_id", "model", "seed", "kind", "convention", "last_signal", "verdict"]]
     i = items[["item_id", "role", "benchmark", "direction", "label_a", "label_b", "unsafe_a", "unsafe_b",
                "disputed", "disputed_binary", "clean"]]
-    out = judgments[["generation_id", "judge", "label", "score"]].merge(g, on="generation_id", how="left",
+    out = judgments[["score_id", "judge", "label", "score"]].merge(g, on="score_id", how="left",
                                                                          validate="many_to_one")
     if out["model"].isna().any():
-        raise ValueError(f"policy judgments: {int(out['model'].isna().sum())} row(s) whose generation_id is not "
-                         "in the generations table")
+        raise ValueError(f"policy verdicts: {int(out['model'].isna().sum())} row(s) whose score_id is not "
+                         "in the scores table")
     return out.merge(i, on="item_id", how="left", validate="many_to_one")
 
 
@@ -231,8 +232,8 @@ def validation(m: pd.DataFrame, sens: pd.DataFrame, arm_names: list[str], seed: 
         rows.append({
             "model": arm, "last_signal": v["last_signal"].iloc[0] if len(v) else "",
             "n_validation": len(v),
-            "val_acc_a": (v["reply"] == v["label_a"]).mean() if len(v) else np.nan,
-            "val_acc_b": (v["reply"] == v["label_b"]).mean() if len(v) else np.nan,
+            "val_acc_a": (v["verdict"] == v["label_a"]).mean() if len(v) else np.nan,
+            "val_acc_b": (v["verdict"] == v["label_b"]).mean() if len(v) else np.nan,
             "val_binary_a": (v["unsafe"] == v["unsafe_a"].astype(bool)).mean() if len(v) else np.nan,
             "val_binary_b": (v["unsafe"] == v["unsafe_b"].astype(bool)).mean() if len(v) else np.nan,
             "policy_agreement": _agreement_with_a(pol) if len(pol) else np.nan,
@@ -321,8 +322,8 @@ def disputed(m: pd.DataFrame, seed: int) -> pd.DataFrame:
     rows = []
     for (model, last), g in s.groupby(["model", "last_signal"], sort=False):
         rows.append({"model": model, "last_signal": last, "n_disputed": len(g),
-                     "as_a": float((g["reply"] == g["label_a"]).mean()),
-                     "as_b": float((g["reply"] == g["label_b"]).mean()),
+                     "as_a": float((g["verdict"] == g["label_a"]).mean()),
+                     "as_b": float((g["verdict"] == g["label_b"]).mean()),
                      "binary_as_a": float((g["unsafe"] == g["unsafe_a"].astype(bool)).mean())})
     return pd.DataFrame(rows)
 

@@ -141,7 +141,7 @@ def build_items(pool: pd.DataFrame, audited: pd.DataFrame, study: str) -> pd.Dat
         "source_file": pool["dataset"].map(lambda d: rules.SOURCES[d].path).to_numpy(),
         "source_row": pool["source_row"].to_numpy(), "licence": pool["dataset"].map(LICENCES).to_numpy(),
         "category": [r.get(CATEGORY_FIELD.get(r["dataset"], ""), "") or "" for r in pool.to_dict("records")],
-        "text": pool["prompt"].to_numpy(), "choices": "", "answer": "",
+        "text": pool["prompt"].to_numpy(),
     })
     for c in ("benchmark", "direction", "label_a", "label_b", "unsafe_a", "unsafe_b", "rule_a", "rule_b"):
         out[c] = pool[c].to_numpy()
