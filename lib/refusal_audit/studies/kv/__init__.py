@@ -284,8 +284,10 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
-        "human_agreement": humans.agreement(p, judgments, generations, humans.filled_sheets(humans.folder(p))),
     }
+    sheets = humans.filled_sheets(humans.folder(p))
+    if sheets:  # only when a filled sheet has come back (the verdict says plainly when none has)
+        tables["human_agreement"] = humans.agreement(p, judgments, generations, sheets)
     scored = analysis.mmlu_scores(generations, items, kv.sink)
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
