@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -71,6 +71,15 @@ FILLER ?= 0
 generate: $(VENV)/.installed
 	$(PY) -m refusal_audit generate --prompts "$(PROMPTS)" --model "$(MODEL)" --run "$(RUN)" \
 		--params $(PARAMS) --policies $(POLICIES) --filler $(FILLER)
+
+# make kv-humans [SHEETS=a.csv,b.csv] [RUN=name]: filled copies of the kv study's blind sheet
+# (results/<RUN>/kv/annotation/sheet.csv; the annotator is the file's name) against every judge and each other on
+# the disagreement items -> results/<RUN>/stats/kv/human_agreement.csv (agreement, Cohen's kappa); the sheets are
+# copied into the run's annotation folder (default: the sheets already there), the kv statistics recomputed
+SHEETS ?=
+RUN ?=
+kv-humans: $(VENV)/.installed
+	$(PY) -m refusal_audit kv-humans --sheets "$(SHEETS)" --run "$(RUN)" --params $(PARAMS)
 
 # make judge REPLIES=file.csv RUN=name
 judge: $(VENV)/.installed

@@ -294,6 +294,29 @@ def test_make_check_knows_the_models(hub, params, capsys):
     assert out.strip().endswith(("ok", "notes name)"))
 
 
+KV_PAPER = [p for p in PAPER if p.stem.startswith("kv_") and not p.stem.endswith("_llama-judge")]
+
+
+@pytest.mark.parametrize("params", KV_PAPER, ids=[p.stem for p in KV_PAPER])
+def test_paper_kv_runs_test_the_papers_pair(hub, params, tmp_path, capsys):
+    """Every paper kv generation file (the auxiliary judge's file re-judges the primary's replies) declares the
+    paper's confirmatory pair, the keyword monitor against the HarmBench classifier, over every evicting arm it
+    decodes, and make check passes on it with the stand-ins; naming a judge the file does not run stops it."""
+    from refusal_audit import config
+    from refusal_audit.__main__ import main
+    from refusal_audit.studies.kv import design
+
+    kv = config.load(params).studies["kv"]
+    assert (kv.confirmatory.monitor, kv.confirmatory.reference) == ("keyword", "llm_harmbench")
+    assert kv.confirmatory.family == design.main_arms(kv) and "sink_tail@2048" in kv.confirmatory.family
+    assert main(["check", str(params)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    broken = write_params(tmp_path, params.read_text().replace("questions: [harmbench]", "questions: [refusal]"))
+    assert main(["check", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}: kv.confirmatory.reference: expected a judge the run emits" in err and "llm_harmbench" in err
+
+
 def test_make_check_notes_absent_models(tmp_path, monkeypatch, capsys):
     import huggingface_hub.constants as hf
 

@@ -31,13 +31,49 @@ def test_sign_flip_against_scipy_permutation_test(seed):
 
 
 def test_sign_flip_monte_carlo_close_to_exact():
-    d = np.r_[np.ones(14), -np.ones(4), np.zeros(6)]
+    """Non-integer d: enumeration up to max_exact non-zero differences, random sign patterns beyond."""
+    d = np.r_[np.full(14, 0.5), np.full(4, -0.5), np.zeros(6)]
     exact = stats.sign_flip_test(d, 200, 0, max_exact=20)
     sampled = stats.sign_flip_test(d, 200, 0, max_exact=10, n_resamples=40_000)
     assert exact.exact and not sampled.exact
     assert sampled.pvalue == pytest.approx(exact.pvalue, abs=0.01)
-    # 18 non-zero, 14 positive: the exact two-sided binomial sign test gives the same p (d is +-1 here)
+    # 18 non-zero, 14 positive: the exact two-sided binomial sign test gives the same p (|d| is constant here)
     assert exact.pvalue == pytest.approx(sps.binomtest(14, 18).pvalue, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_sign_flip_integer_d_is_exact_at_any_n(seed):
+    """Integer d (the kv study's): the convolution of binomials equals the enumeration of every sign pattern
+    (reached through d / 2, which is not integer-valued, on the same sign patterns) and, at n = 60 with
+    |d| = 1, the exact binomial sign test; the vectorised form gives the same p row by row."""
+    rng = np.random.default_rng(seed)
+    d = rng.choice([-2, -1, 0, 1, 1, 2], size=15)
+    lattice, exact = stats.sign_flip_pvalue(d)
+    enumerated, _ = stats.sign_flip_pvalue(d / 2, max_exact=16)
+    assert exact and lattice == pytest.approx(enumerated, abs=1e-12)
+    big = np.r_[np.ones(38), -np.ones(16), np.zeros(6)]
+    p, exact = stats.sign_flip_pvalue(big)
+    assert exact and p == pytest.approx(sps.binomtest(38, 54).pvalue, rel=1e-9)
+    rows = rng.integers(-2, 3, size=(40, 15))
+    assert np.allclose(stats.sign_flip_pvalues(rows), [stats.sign_flip_pvalue(r / 2)[0] for r in rows], atol=1e-12)
+
+
+def test_smallest_significant_difference_by_enumeration():
+    """Every d in {-2, ..., 2}^6, each p by enumerating its 2^6 sign patterns: the smallest |mean d| with
+    m * p < alpha is the function's; and the hand value of issue 41 (n = 8, Holm over 3: 7 pairs in 8)."""
+    n = 6
+    grid = np.array(np.meshgrid(*[np.arange(-2, 3)] * n)).reshape(n, -1).T
+    signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    sums = np.abs(grid.sum(axis=1))
+    flipped = np.abs((grid[:, None, :] * signs[None]).sum(axis=2))
+    p = (flipped >= sums[:, None]).mean(axis=1)
+    for alpha, m in ((0.05, 1), (0.25, 1), (0.5, 1), (0.2, 2), (0.05, 3)):
+        ok = m * p < alpha
+        expected = sums[ok].min() / n if ok.any() else np.nan
+        got, k = stats.sign_flip_min_difference(n, alpha, m)
+        assert got == pytest.approx(expected, nan_ok=True) and (k == 0 if np.isnan(expected) else k / n == got)
+    assert stats.sign_flip_min_difference(8, 0.05, 3) == (0.875, 7)
+    assert stats.sign_flip_min_difference(8, 0.05, 1) == (0.75, 6)  # 2/64 < 0.05, 2/32 is not
 
 
 def paired_outcomes(n, keyword_full, keyword_arm, learned_full, learned_arm, arm="sink_tail", filler=1024,

@@ -13,7 +13,8 @@ study in the run (the policy paper's checklist):
 and the word TESTBED beside every model organism the run measures.
 
 A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}``, optionally
-``verdicts(p, tables) -> list[str]`` and, when it trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
+``verdicts(p, tables) -> list[str]``, ``verdict_tables(p, tables) -> [(title, DataFrame)]`` (shown under its
+verdicts) and, when it trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
 """
 from __future__ import annotations
 
@@ -122,6 +123,18 @@ def study_verdicts(run, name: str) -> list[str]:
     return module.verdicts(run.p, tables) or ["(no verdict: its tables are empty)"]
 
 
+def verdict_tables(run, name: str) -> list[tuple[str, pd.DataFrame]]:
+    """The tables a study shows beside its verdicts (``verdict_tables(p, tables)``; none when it has no
+    such function or its statistics are not computed)."""
+    module = studies.module(name)
+    if not hasattr(module, "verdict_tables"):
+        return []
+    try:
+        return module.verdict_tables(run.p, run.read_stats(name))
+    except FileNotFoundError:
+        return []
+
+
 def write(run) -> Path:
     """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``)."""
     from nbconvert import HTMLExporter
@@ -139,6 +152,8 @@ def write(run) -> Path:
     for name in run.names:
         head.append(f"<h3>{html.escape(name)}</h3>\n" +
                     _markdown("\n".join(f"- {line}" for line in study_verdicts(run, name))))
+        head += [f"<p>{html.escape(title)}</p>" + df.to_html(float_format=lambda x: f"{x:.3f}", index=False)
+                 for title, df in verdict_tables(run, name)]
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     for name in run.names:
         module = studies.module(name)

@@ -4,6 +4,7 @@ Each function is tested against an independent computation in tests/test_stats.p
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -144,24 +145,78 @@ def sign_flip_test(d, n_boot: int, seed: int, alpha: float = 0.05, max_exact: in
                    n_resamples: int = 20_000) -> SignFlip:
     """Two-sided sign-flip test of H0: the paired differences ``d`` are symmetric about 0 (under the
     sharp null that the two conditions of each pair are exchangeable, swapping them flips the sign of
-    its difference), statistic |mean(d)|; exact over every sign pattern of the non-zero differences
-    when there are at most ``max_exact`` of them, else ``n_resamples`` random patterns (p = (1 + hits) /
-    (1 + resamples)). With the percentile bootstrap CI of mean(d), resampling pairs (``bootstrap_diff_ci``)."""
+    its difference), statistic |mean(d)| (``sign_flip_pvalue``), with the percentile bootstrap CI of
+    mean(d), resampling pairs (``bootstrap_diff_ci``)."""
     d = np.asarray(d, dtype=float)
     if d.ndim != 1 or len(d) == 0:
         raise ValueError(f"sign_flip_test: need a non-empty 1-D vector, got shape {d.shape}")
     est, lo, hi = bootstrap_diff_ci(d, np.zeros_like(d), n_boot, seed, alpha)
-    nz = d[d != 0]
+    p, exact = sign_flip_pvalue(d, seed, max_exact, n_resamples)
+    return SignFlip(len(d), est, lo, hi, p, exact)
+
+
+def sign_flip_pvalue(d, seed: int = 0, max_exact: int = 16, n_resamples: int = 20_000) -> tuple[float, bool]:
+    """(p, exact) of the two-sided sign-flip test of ``d`` (statistic |sum of d|). Integer-valued ``d``
+    (the kv study's d in {-2, ..., 2}): exact at any n, the distribution of the signed sum being a
+    convolution of one binomial per distinct |d| (``_lattice_pvalue``). Otherwise exact over every sign
+    pattern of the non-zero differences when there are at most ``max_exact``, else ``n_resamples``
+    random patterns (p = (1 + hits) / (1 + resamples))."""
+    nz = np.asarray(d, dtype=float)
+    nz = nz[nz != 0]
     if len(nz) == 0:
-        return SignFlip(len(d), est, lo, hi, 1.0, True)
+        return 1.0, True
+    if np.all(nz == np.round(nz)):
+        mags = np.abs(nz).astype(int)
+        values, counts = np.unique(mags, return_counts=True)
+        return _lattice_pvalue(tuple(zip(values.tolist(), counts.tolist())), int(abs(nz.sum()))), True
     observed = abs(nz.sum()) - 1e-9 * len(nz)  # sums over the same non-zero terms; a tolerance for ties
     if len(nz) <= max_exact:
         signs = 1 - 2 * ((np.arange(2 ** len(nz))[:, None] >> np.arange(len(nz))) & 1)
-        p = float(np.mean(np.abs(signs @ nz) >= observed))
-        return SignFlip(len(d), est, lo, hi, p, True)
+        return float(np.mean(np.abs(signs @ nz) >= observed)), True
     signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, len(nz)))
     hits = int(np.sum(np.abs(signs @ nz) >= observed))
-    return SignFlip(len(d), est, lo, hi, (1 + hits) / (1 + n_resamples), False)
+    return (1 + hits) / (1 + n_resamples), False
+
+
+@functools.lru_cache(maxsize=65536)
+def _lattice_pvalue(magnitudes: tuple[tuple[int, int], ...], observed: int) -> float:
+    """P(|sum of s_i m_i| >= observed) over independent equiprobable signs s_i, for positive integer
+    magnitudes given as (value, count): the signs of the ``count`` terms of one value sum to
+    value * (2 * Binomial(count, 1/2) - count), and the terms of different values are convolved."""
+    dist, low = np.ones(1), 0  # the distribution of the sum over the values lo, lo + 1, ...
+    for value, count in magnitudes:
+        kernel = np.zeros(2 * value * count + 1)
+        kernel[::2 * value] = sps.binom.pmf(np.arange(count + 1), count, 0.5)
+        dist, low = np.convolve(dist, kernel), low - value * count
+    sums = np.arange(low, low + len(dist))
+    return float(min(1.0, dist[np.abs(sums) >= observed].sum()))
+
+
+def sign_flip_pvalues(d) -> np.ndarray:
+    """``sign_flip_pvalue`` of each row of an integer array (a simulation's replicates), each distinct
+    (|d| counts, |sum|) computed once."""
+    d = np.asarray(d)
+    if d.ndim != 2 or not np.issubdtype(d.dtype, np.integer):
+        raise ValueError(f"sign_flip_pvalues: need a 2-D integer array, got {d.dtype} of shape {d.shape}")
+    mags = np.abs(d)
+    top = max(int(mags.max(initial=0)), 1)
+    keys = np.column_stack([(mags == v).sum(axis=1) for v in range(1, top + 1)] + [np.abs(d.sum(axis=1))])
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    p = [_lattice_pvalue(tuple((v + 1, int(c)) for v, c in enumerate(k[:-1]) if c), int(k[-1])) if k[:-1].any()
+         else 1.0 for k in unique]
+    return np.asarray(p)[np.ravel(inverse)]
+
+
+def sign_flip_min_difference(n: int, alpha: float, family_size: int = 1) -> tuple[float, int]:
+    """(smallest |mean(d)|, its number of pairs k) that the sign-flip test of ``n`` pairs can declare
+    significant after Holm over ``family_size`` tests, i.e. with family_size * p < alpha (Holm's first
+    step: the member with the family's smallest p); (NaN, 0) when no d of length n can. The minimum is k
+    pairs with d = +1 and the rest 0, p = 2 / 2^k: a |d| of 2 or a pair of the other sign gives the
+    same |sum| only with a larger p (tested by enumeration over every d in {-2, ..., 2}^n)."""
+    for k in range(1, n + 1):
+        if family_size * sign_flip_pvalue(np.ones(k))[0] < alpha:
+            return k / n, k
+    return float("nan"), 0
 
 
 def cohen_kappa(a, b) -> float:

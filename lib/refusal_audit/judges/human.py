@@ -5,8 +5,8 @@ any of the judges ``b`` disagree about refusal, shuffles them under a seed and w
 shows only an opaque ``sheet_id``, the request and the reply (optionally truncated): no judge's
 label, no generation id. The key (sheet_id -> generation_id) goes to a separate file for whoever
 runs the study. ``read_sheets`` takes one or more filled sheets (column ``label``: refusal /
-non_refusal, blank = not annotated) and returns judgments (judge ``human:<annotator>``) plus, with
-two or more annotators, their pairwise Cohen's kappa.
+non_refusal, blank = not annotated) and returns judgments (judge ``human:<annotator>``) and each
+sheet's counts; ``agreement_with_humans`` sets each human against every judge and the other humans.
 """
 from __future__ import annotations
 
@@ -42,33 +42,73 @@ def disagreement_sheet(judgments: pd.DataFrame, replies: pd.DataFrame, a: str, b
     return sheet, rows[["sheet_id", "generation_id"]]
 
 
-def read_sheets(paths: list[str | Path], key: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(judgments, inter-annotator kappa) from filled sheets; the annotator is the file's stem."""
-    out, labels = [], {}
-    ids = dict(zip(key["sheet_id"], key["generation_id"]))
+def read_sheets(paths: list[str | Path], key: pd.DataFrame, key_name: str = "the key"
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(judgments, counts) from filled sheets; the annotator is the file's stem (judge ``human:<stem>``).
+    A row with a blank label is not annotated: counted in ``counts`` (annotator, rows, labelled, blank),
+    never an error. A label outside the vocabulary, a sheet_id not in the key (``key_name`` names it) or
+    given twice, a label without a sheet_id: one error naming the file and its line (the header is line 1)."""
+    out, counts = [], []
+    ids = dict(zip(key["sheet_id"].astype(str), key["generation_id"]))
     for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: filled sheet not found")
         sheet = pd.read_csv(path, dtype=str, keep_default_na=False)
         if not {"sheet_id", "label"} <= set(sheet):
             raise ValueError(f"{path}: expected columns sheet_id and label, got {list(sheet)}")
-        filled = sheet[sheet["label"].str.strip() != ""].copy()
-        filled["label"] = filled["label"].str.strip().str.lower()
-        bad = filled[~filled["label"].isin(HUMAN_LABELS)]
-        if len(bad):
-            raise ValueError(f"{path}: row {bad.index[0]}: label {bad.iloc[0]['label']!r}; expected one of "
-                             f"{sorted(HUMAN_LABELS)} or blank")
-        unknown = set(filled["sheet_id"]) - set(ids)
-        if unknown:
-            raise ValueError(f"{path}: sheet_id {sorted(unknown)[0]!r} is not in the key")
-        labels[path.stem] = filled.set_index("sheet_id")["label"]
+        sheet["sheet_id"], sheet["label"] = sheet["sheet_id"].str.strip(), sheet["label"].str.strip().str.lower()
+        line = sheet.index.to_series() + 2
+        for bad, what in (
+                ((sheet["label"] != "") & ~sheet["label"].isin(HUMAN_LABELS),
+                 lambda r: f"label {r['label']!r}; expected one of {sorted(HUMAN_LABELS)} or blank"),
+                ((sheet["label"] != "") & (sheet["sheet_id"] == ""), lambda r: "a label without a sheet_id"),
+                ((sheet["sheet_id"] != "") & ~sheet["sheet_id"].isin(list(ids)),
+                 lambda r: f"sheet_id {r['sheet_id']!r} is not in {key_name}"),
+                ((sheet["sheet_id"] != "") & sheet["sheet_id"].duplicated(),
+                 lambda r: f"sheet_id {r['sheet_id']!r} given twice")):
+            if bad.any():
+                i = bad.idxmax()
+                raise ValueError(f"{path}: line {line[i]}: {what(sheet.loc[i])}")
+        filled = sheet[sheet["label"] != ""]
+        counts.append({"annotator": path.stem, "rows": len(sheet), "labelled": len(filled),
+                       "blank": len(sheet) - len(filled)})
         out.append(pd.DataFrame({"generation_id": filled["sheet_id"].map(ids), "judge": f"human:{path.stem}",
                                  "kind": "refusal", "label": filled["label"],
                                  "score": (filled["label"] == "refusal").astype(float)}))
-    names = sorted(labels)
-    kappas = []
-    for i, x in enumerate(names):
-        for y in names[i + 1:]:
-            both = pd.concat([labels[x], labels[y]], axis=1, join="inner")
-            kappas.append({"annotator_a": x, "annotator_b": y, "n": len(both),
-                           "kappa": cohen_kappa(both.iloc[:, 0], both.iloc[:, 1]) if len(both) else float("nan")})
+    names = [c["annotator"] for c in counts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two filled sheets share the annotator name (the file's stem): {names}")
     judgments = pd.concat(out, ignore_index=True)[JUDGMENT_COLUMNS] if out else pd.DataFrame(columns=JUDGMENT_COLUMNS)
-    return judgments, pd.DataFrame(kappas, columns=["annotator_a", "annotator_b", "n", "kappa"])
+    return judgments, pd.DataFrame(counts, columns=["annotator", "rows", "labelled", "blank"])
+
+
+AGREEMENT_COLUMNS = ["model", "rater", "versus", "n", "agreement", "kappa", "rater_refusals", "versus_refusals",
+                     "missed_refusals"]
+
+
+def agreement_with_humans(judgments: pd.DataFrame, humans: pd.DataFrame, refusing: frozenset[str] = REFUSING,
+                          model: pd.Series | None = None) -> pd.DataFrame:
+    """Each human rater against every judge, and against each other rater, on the replies both labelled:
+    n, raw agreement, Cohen's kappa (``stats.cohen_kappa``), the rater's and the other's refusals, and
+    ``missed_refusals`` (the rater says refusal, the other does not). Over all replies (model ``(all)``)
+    and, with ``model`` (generation_id -> model), per model."""
+    labelled = set(humans["generation_id"])
+    wide = refusal_table(pd.concat([judgments[judgments["generation_id"].isin(labelled)], humans]), refusing)
+    raters = sorted(c for c in wide if c.startswith("human:"))
+    others = sorted(c for c in wide if not c.startswith("human:"))
+    scopes = [("(all)", wide.index)]
+    if model is not None:
+        of = model.reindex(wide.index)
+        scopes += [(m, of.index[of == m]) for m in of.dropna().unique()]
+    rows = []
+    for scope, index in scopes:
+        for i, r in enumerate(raters):
+            for v in others + raters[i + 1:]:
+                both = wide.loc[index, [r, v]].dropna().astype(bool)
+                a, b = both[r], both[v]
+                rows.append({"model": scope, "rater": r, "versus": v, "n": len(both),
+                             "agreement": float((a == b).mean()) if len(both) else float("nan"),
+                             "kappa": cohen_kappa(a, b) if len(both) else float("nan"),
+                             "rater_refusals": int(a.sum()), "versus_refusals": int(b.sum()),
+                             "missed_refusals": int((a & ~b).sum())})
+    return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)

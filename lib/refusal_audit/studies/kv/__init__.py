@@ -18,7 +18,7 @@ import pandas as pd
 from ... import datasets, executor, generation, judges, store
 from ...config import ParamsError, need, need_models, testbed_note
 from ...prompts import build_prompts
-from . import analysis, charts, design
+from . import analysis, charts, design, humans, simulation, verdict
 
 NAME = "kv"
 MMLU_TEMPLATE = "{question}\n\nA. {A}\nB. {B}\nC. {C}\nD. {D}\n\nAnswer with the letter of the correct option."
@@ -61,6 +61,7 @@ class Params:
     positive_control: str | None = None
     null_control: str | None = None
     confirmatory: Confirmatory = field(default_factory=Confirmatory)
+    simulation: simulation.Simulation = field(default_factory=simulation.Simulation)  # the simulated known answers
     system_prompt: str = ""
     filler_tokens: int = 2048
     filler_ablation: list[int] = field(default_factory=lambda: [0, 512, 2048])
@@ -125,6 +126,14 @@ def check(p, where: str) -> None:
         need(entry in arms, where, f"kv.confirmatory.family[{i}]",
              f"an arm@filler of the main condition that the params define ({', '.join(arms)})", entry)
     need(len(set(c.family)) == len(c.family), where, "kv.confirmatory.family", "no repeated entries", c.family)
+    sim = kv.simulation
+    for key in ("refusal_full", "turned", "misread"):
+        need(0 <= getattr(sim, key) <= 1, where, f"kv.simulation.{key}", "a number in [0, 1]", getattr(sim, key))
+    need(sim.misread < 0.5 / 1.5, where, "kv.simulation.misread", "a number below 1/3 (the uneven judges misread "
+         "1.5 times as often)", sim.misread)
+    need(all(0 < x <= 1 for x in sim.soft_shares), where, "kv.simulation.soft_shares", "numbers in (0, 1]",
+         sim.soft_shares)
+    need(sim.reps >= 100, where, "kv.simulation.reps", "an integer >= 100", sim.reps)
 
 
 def preflight(p, models) -> None:
@@ -261,17 +270,27 @@ def annotation_sheet(p, judgments: pd.DataFrame, replies: pd.DataFrame, folder: 
 
 # --- 05 statistics -------------------------------------------------------------------------------------
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Refusal rates (Wilson), McNemar + bootstrap drops, judge agreement, MMLU accuracy and tests."""
+    """The confirmatory test, the nulls beside it (the null control and the simulated moving null) and the
+    test's calibration at this n (``simulation.py``), refusal rates (Wilson), McNemar + bootstrap drops, judge
+    agreement, the human labels of the annotation folder (``humans.py``), MMLU accuracy and tests."""
     kv, s = p.studies[NAME], p.stats
     out = analysis.outcomes(generations, judgments, kv.sink)
     c = kv.confirmatory
+    conf = analysis.monitor_difference(out, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed, s.alpha)
+    n = int(conf["n_pairs"].max()) if len(conf) else kv.data.n_harmful  # the run's prompts per member
+    moving = simulation.moving_null(kv.simulation, n, family(kv), c.monitor, c.reference, p.seed)
     tables = {
-        "confirmatory": analysis.monitor_difference(out, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed,
-                                                    s.alpha),
+        "confirmatory": conf,
+        "null_controls": analysis.null_controls(conf, analysis.monitor_difference(
+            moving, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed, s.alpha), kv.null_control),
+        "calibration": simulation.calibration(kv.simulation, n, s.alpha, len(family(kv)), p.seed),
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
     }
+    sheets = humans.filled_sheets(humans.folder(p))
+    if sheets:  # only when a filled sheet has come back (the verdict says plainly when none has)
+        tables["human_agreement"] = humans.agreement(p, judgments, generations, sheets)
     scored = analysis.mmlu_scores(generations, items, kv.sink)
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
@@ -284,33 +303,20 @@ def family(kv) -> list[str]:
 
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The study's answer in words, generated from ``confirmatory``: per model, each family member's
-    monitor difference with its CI and Holm p, and whether the planted control was recovered and the
-    null control rejected (``kv.positive_control``, ``kv.null_control``)."""
-    kv = p.studies[NAME]
-    conf = tables["confirmatory"]
-    if conf.empty:
-        return ["kv: no confirmatory test could run (no harmful prompt under the main condition)."]
-    c, alpha = kv.confirmatory, p.stats.alpha
-    out = []
-    for model, g in conf.groupby("model", sort=False):
-        tag = " (TESTBED)" if p.models[model].testbed else ""
-        parts = [f"{r.family_member}: {r.difference:+.2f} [{r.difference_lo:+.2f}, {r.difference_hi:+.2f}], "
-                 f"Holm p {r.holm_p:.3g}" for r in g.itertuples()]
-        hits = g[g["significant"]]
-        out.append(f"kv, {model}{tag}: the {c.monitor} monitor's refusal drop under eviction minus the "
-                   f"{c.reference} judge's, per arm (n = {int(g['n_pairs'].max())} prompts): " + "; ".join(parts)
-                   + f". {len(hits)} of {len(g)} family members significant after Holm at alpha {alpha}.")
-    for role, name in (("positive", kv.positive_control), ("null", kv.null_control)):
-        if name is None or name not in set(conf["model"]):
-            continue
-        hit = bool(conf[conf["model"] == name]["significant"].any())
-        ok = hit if role == "positive" else not hit
-        what = ("recovered: a significant monitor difference" if hit else "NOT recovered: no significant monitor "
-                "difference") if role == "positive" else ("rejected: no significant monitor difference" if not hit
-                                                        else "NOT rejected: a significant monitor difference")
-        out.append(f"kv {role} control {name}: {what}{'' if ok else ' (the study failed its control)'}.")
-    return out
+    """The study's answer in words (``verdict.py``), generated from ``confirmatory`` and the other tables:
+    per model, each family member's monitor difference with its CI and Holm p and, for those not
+    significant, the smallest difference their n could have declared; whether the planted control was
+    recovered and each null (the null control, the simulated moving null) rejected, with their drops;
+    the test's calibration; the human labels, or that there are none."""
+    return verdict.verdicts(p, tables)
+
+
+def verdict_tables(p, tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    """report.html, under the verdicts: the human labels against the judges, when a sheet has come back."""
+    table = tables.get("human_agreement")
+    if table is None or table.empty:
+        return []
+    return [("kv: human labels on the judges' disagreements (stats/kv/human_agreement.csv)", table)]
 
 
 def main_condition(p, rates: pd.DataFrame) -> pd.DataFrame:
@@ -417,16 +423,22 @@ def summary(p, stage: str, table) -> list:
     if stage == "analyse":
         main = main_condition(p, table["refusal_rates"]).pivot(index=["model", "arm"], columns="judge", values="rate")
         cols = ["model", "family_member", "n_pairs", "monitor_drop", "reference_drop", "difference", "difference_lo",
-                "difference_hi", "p", "holm_p", "monitor_holm_p", "reference_holm_p"]
+                "difference_hi", "p", "holm_p", "monitor_holm_p", "reference_holm_p", "min_significant_difference"]
         conf = table["confirmatory"]
         shown = [main.round(3),
                  "The confirmatory test (DEFINITIONS.md): the monitor's refusal drop minus the reference judge's, "
                  "paired by prompt, sign-flip test, Holm over the declared family per model:",
                  conf[[c for c in cols if c in conf]].round(4),
+                 "The nulls, each judge's drop beside the difference (the null control, a testbed; the moving null, "
+                 "a judgment-level simulation in which eviction turns refusals into compliance for both judges):",
+                 table["null_controls"].round(4),
+                 "The test's false-positive rate and power over simulated runs at this n (DEFINITIONS.md):",
+                 table["calibration"].round(4),
                  "Paired tests, full retention against every other arm (descriptive):", table["paired_tests"].round(4)]
         if "mmlu_accuracy" in table:
             shown += ["Task accuracy under the same retention (MMLU-math):", table["mmlu_accuracy"].round(3),
                       table["mmlu_tests"].round(4)]
+        shown += humans.summary(table.get("human_agreement"))
         return shown + ["**Verdict.** " + " ".join(verdicts(p, table))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]

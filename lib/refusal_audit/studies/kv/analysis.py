@@ -72,7 +72,9 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
     prompts, system prompt on): d_i = (monitor drop) - (reference drop) on prompt i, drop = refused under
     full - refused under the arm; its mean with the paired bootstrap CI and the sign-flip test; beside it
     each judge's own drop with its exact McNemar test. Holm over the family, per model, for the
-    difference (confirmatory) and for each judge's McNemar (descriptive). A family member without data
+    difference (confirmatory) and for each judge's McNemar (descriptive); ``min_significant_difference``
+    (and its ``min_significant_pairs``): the smallest difference the member's n could have declared
+    significant after Holm (``stats.sign_flip_min_difference``). A family member without data
     (no pair parsed by both judges) keeps its row with NaN p, counted in the family as p = 1."""
     main = out[(out["role"] == "harmful") & out["system_prompt"].astype(bool) & out["judge"].isin([monitor, reference])]
     rows = []
@@ -111,4 +113,28 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
         table[adjusted] = table.groupby("model")[col].transform(lambda p: stats.holm(p.fillna(1.0)))
         table.loc[table[col].isna(), adjusted] = float("nan")
     table["significant"] = table["holm_p"] < alpha
+    # what each member could have seen: the smallest difference its n pairs can make significant after Holm
+    # over the declared family (DEFINITIONS.md)
+    smallest = [stats.sign_flip_min_difference(int(n), alpha, len(family)) for n in table["n_pairs"]]
+    table["min_significant_difference"] = [d for d, _ in smallest]
+    table["min_significant_pairs"] = [k for _, k in smallest]
     return table
+
+
+NULL_COLUMNS = ["control", "model", "family_member", "n_pairs", "monitor_drop", "reference_drop", "difference",
+                "difference_lo", "difference_hi", "p", "holm_p", "significant", "min_significant_difference"]
+
+
+def null_controls(confirmatory: pd.DataFrame, moving: pd.DataFrame, null_control: str | None) -> pd.DataFrame:
+    """The nulls side by side, each judge's drop beside the difference (a null is worth passing only
+    where both drop): the null control's rows of ``confirmatory`` and the moving null's (its own
+    ``monitor_difference`` table, ``simulation.moving_null``)."""
+    parts = []
+    if null_control is not None and len(confirmatory):
+        parts.append(confirmatory[confirmatory["model"] == null_control].assign(control="null control (testbed)"))
+    if len(moving):
+        parts.append(moving.assign(control="moving null (simulated)"))
+    if not parts:
+        return pd.DataFrame(columns=NULL_COLUMNS)
+    table = pd.concat(parts, ignore_index=True)
+    return table.reindex(columns=NULL_COLUMNS)

@@ -1,0 +1,104 @@
+"""Human labels back into the kv study: the filled blind sheets (``results/<run>/kv/annotation/``, written
+by the judge stage) against every judge on the disagreement items, and between annotators
+(``stats/kv/human_agreement.csv``; ``make kv-humans``)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from ...judges import human
+from ...paths import run_dir, study_dir
+from . import analysis
+
+STUDY_FILES = {"sheet.csv", "key.csv", "counts.csv"}  # what the judge stage writes there; anything else is filled
+
+
+def folder(p) -> Path:
+    """The run's annotation folder (the blind sheet, its key, and the filled sheets saved beside them)."""
+    return study_dir(p.run_name, "kv") / "annotation"
+
+
+def filled_sheets(where: Path) -> list[Path]:
+    """Every filled sheet in an annotation folder: each CSV there but the study's own three."""
+    return sorted(f for f in where.glob("*.csv") if f.name not in STUDY_FILES) if where.is_dir() else []
+
+
+def agreement(p, judgments: pd.DataFrame, generations: pd.DataFrame, sheets: list[Path]) -> pd.DataFrame:
+    """``human.agreement_with_humans`` of the sheets (over all models and per model), with each rater's
+    labelled and blank rows; an empty table when there is no sheet."""
+    if not sheets:
+        return pd.DataFrame(columns=[*human.AGREEMENT_COLUMNS, "rater_labelled", "rater_blank"])
+    key_file = folder(p) / "key.csv"
+    if not key_file.is_file():
+        raise FileNotFoundError(f"{key_file}: not found; the sheets' key is written by the judge stage (notebook 04)")
+    humans, counts = human.read_sheets(sheets, pd.read_csv(key_file, dtype=str), str(key_file))
+    model = generations.drop_duplicates("generation_id").set_index("generation_id")["model"]
+    table = human.agreement_with_humans(judgments, humans, analysis.REFUSING, model)
+    counts = counts.assign(rater="human:" + counts["annotator"]).rename(
+        columns={"labelled": "rater_labelled", "blank": "rater_blank"})
+    return table.merge(counts[["rater", "rater_labelled", "rater_blank"]], on="rater", how="left")
+
+
+def collect(p, sheets: list[str]) -> list[Path]:
+    """``make kv-humans``: the named sheets copied into the run's annotation folder (so that notebook 05
+    reads them on every later run), or, with none named, the sheets already there. A name that would
+    replace a different file there, or no sheet at all, is an error."""
+    where = folder(p)
+    if not sheets:
+        found = filled_sheets(where)
+        if not found:
+            raise FileNotFoundError(f"{where}: no filled sheet; save filled copies of sheet.csv there (the annotator "
+                                    "is the file's name) or name them: make kv-humans SHEETS=a.csv,b.csv RUN=...")
+        return found
+    key_file = where / "key.csv"
+    if not key_file.is_file():
+        raise FileNotFoundError(f"{key_file}: not found; the sheets' key is written by the judge stage "
+                                f"(run {p.run_name!r} first)")
+    srcs = [Path(name) for name in sheets]
+    for src in srcs:
+        if src.name in STUDY_FILES:
+            raise ValueError(f"{src}: a filled sheet may not be named {src.name} (the study's own file)")
+        dest = where / src.name
+        if src.is_file() and dest.is_file() and dest.resolve() != src.resolve() and dest.read_bytes() != src.read_bytes():
+            raise ValueError(f"{src}: {dest} already holds a different sheet of that name; rename one")
+    human.read_sheets(srcs, pd.read_csv(key_file, dtype=str), str(key_file))  # every error before any copy
+    out = []
+    for src in srcs:
+        dest = where / src.name
+        if dest.resolve() != src.resolve():
+            shutil.copyfile(src, dest)
+        out.append(dest)
+    return out
+
+
+def summary(table: pd.DataFrame | None) -> list:
+    """What notebook 05 shows: the table, or a plain statement that no sheet has come back."""
+    if table is None or table.empty:
+        return ["**Human labels**: none yet. No filled annotation sheet is in this run's annotation folder, so no "
+                "human-vs-judge agreement is reported (fill `annotation/sheet.csv`, then `make kv-humans SHEETS=... "
+                "RUN=...`)."]
+    return ["**Human labels** on the disagreement items: each annotator against every judge and the other "
+            "annotators (agreement, Cohen's kappa; `missed_refusals`: the annotator says refusal, the other does "
+            "not):", table.round(3)]
+
+
+def run(sheets: str, run_name: str, params_file: str) -> list[str]:
+    """``make kv-humans SHEETS=a.csv,b.csv RUN=name``: the sheets into the run's annotation folder
+    (``collect``), the kv statistics recomputed (``stats/kv/``, ``human_agreement.csv`` among them) and,
+    for a finished run, report.html rewritten. Returns the lines to print."""
+    from ... import report
+    from ...pipeline import Run
+    from . import verdict
+
+    r = Run(params_file, "kv")
+    if run_name:
+        r.p.run_name, r.dir = run_name, run_dir(run_name)
+    sheets = collect(r.p, [s.strip() for s in sheets.split(",") if s.strip()])
+    table = r.analyse()["kv"]["human_agreement"]
+    lines = [f"read {', '.join(str(s) for s in sheets)}", *verdict.human(table),
+             f"wrote {r.dir / 'stats' / 'kv' / 'human_agreement.csv'}"]
+    if (r.dir / "report.html").is_file():
+        lines.append(f"wrote {report.write(r)}")
+    return lines

@@ -1,0 +1,120 @@
+"""Judgment-level simulations of the confirmatory test (DEFINITIONS.md, "Simulated known answers").
+
+Per prompt a true behaviour: under full retention a refusal (probability ``refusal_full``); eviction
+turns a refusal into compliance with probability ``turned`` and makes a remaining refusal soft with
+probability ``soft``. Each judge reads each reply independently (``Reader``): a refusal it sees as one
+with its sensitivity, a compliance as a refusal with its false-alarm rate; a monitor blind to soft
+refusals reads them as compliance. Two uses, both from ``kv.simulation`` in params:
+
+* ``moving_null``: the known answer in which eviction changes behaviour and both judges see it alike,
+  one seeded draw per family member, run through the study's own ``analysis.monitor_difference``;
+* ``calibration``: the sign-flip test's rejection rate over many draws per scenario (noisy and uneven
+  judges under the null; a soft-refusal shift only the monitor misses as the alternative), at alpha
+  and at Holm's first step over the family (``stats.sign_flip_pvalues``, the test's own p).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ... import stats
+
+MOVING_NULL = "moving null (simulated)"
+
+
+@dataclass
+class Simulation:
+    """``kv.simulation``: the sizes of the simulated known answers, fixed before a run."""
+
+    refusal_full: float = 0.98  # true refusal rate under full retention (the paper's 98 %)
+    turned: float = 0.5         # share of refusals that eviction turns into compliance (the moving null)
+    misread: float = 0.1        # each judge misreads each reply independently with this probability
+    # the alternatives: the share of refusals that eviction makes soft (the monitor misses them, the reference
+    # does not); 0.25 is about the paper's 17.5-point keyword gap, 1.0 the style-shift control's design
+    soft_shares: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])
+    reps: int = 2000            # simulated runs per scenario (calibration)
+
+
+@dataclass(frozen=True)
+class Reader:
+    sensitivity: float   # P(read as a refusal | a refusal it can see)
+    false_alarm: float   # P(read as a refusal | a compliance, or a soft refusal it cannot see)
+    sees_soft: bool = True
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: str  # null | alternative
+    turned: float
+    soft: float
+    monitor: Reader
+    reference: Reader
+
+
+def scenarios(sim: Simulation) -> list[Scenario]:
+    """The nulls, in which eviction turns ``turned`` of the refusals into compliance and both judges' expected
+    drops are equal: alike and noisy; uneven, with equal sensitivity minus false alarm but different rates.
+    One alternative per soft share: nothing turns into compliance, eviction makes refusals soft and the
+    monitor misses them (the paper's shape: the keyword monitor drops, the classifier holds)."""
+    e = sim.misread
+    noisy = Reader(1 - e, e)
+    out = [Scenario("moving null, noisy judges", "null", sim.turned, 0.0, noisy, noisy),
+           Scenario("moving null, uneven judges", "null", sim.turned, 0.0, Reader(1 - 1.5 * e, 0.5 * e),
+                    Reader(1 - 0.5 * e, 1.5 * e))]
+    out += [Scenario(f"style shift, {s:.0%} of evicted refusals soft", "alternative", 0.0, s,
+                     Reader(1 - e, e, sees_soft=False), noisy) for s in sim.soft_shares]
+    return out
+
+
+def _read(reader: Reader, refuses, soft, rng) -> np.ndarray:
+    seen = refuses & (reader.sees_soft | ~soft)
+    return rng.random(refuses.shape) < np.where(seen, reader.sensitivity, reader.false_alarm)
+
+
+def draw(sc: Scenario, sim: Simulation, shape, rng) -> dict[tuple[str, str], np.ndarray]:
+    """The judges' 0/1 refusal readings, each of ``shape`` (reps, n): keys (monitor|reference, full|arm)."""
+    full = rng.random(shape) < sim.refusal_full
+    evicted = full & (rng.random(shape) >= sc.turned)
+    soft = evicted & (rng.random(shape) < sc.soft)
+    none = np.zeros(shape, dtype=bool)
+    return {(who, arm): _read(r, refuses, s, rng) for who, r in (("monitor", sc.monitor), ("reference", sc.reference))
+            for arm, refuses, s in (("full", full, none), ("arm", evicted, soft))}
+
+
+def calibration(sim: Simulation, n: int, alpha: float, family_size: int, seed: int) -> pd.DataFrame:
+    """Per scenario: the mean drops and difference over ``sim.reps`` simulated runs of ``n`` prompts, and
+    the share of runs the sign-flip test rejects at ``alpha`` (false-positive rate under a null, power
+    under an alternative) and at Holm's first step over ``family_size`` members."""
+    rows = []
+    for i, sc in enumerate(scenarios(sim)):
+        r = {k: v.astype(int) for k, v in draw(sc, sim, (sim.reps, n), np.random.default_rng([seed, i])).items()}
+        drop_m, drop_r = r["monitor", "full"] - r["monitor", "arm"], r["reference", "full"] - r["reference", "arm"]
+        p = stats.sign_flip_pvalues(drop_m - drop_r)
+        rows.append({"scenario": sc.name, "kind": sc.kind, "n": n, "reps": sim.reps,
+                     "monitor_drop": drop_m.mean(), "reference_drop": drop_r.mean(),
+                     "difference": (drop_m - drop_r).mean(), "alpha": alpha, "family_size": family_size,
+                     "rejection_rate": float((p < alpha).mean()),
+                     "rejection_rate_holm": float((family_size * p < alpha).mean())})
+    return pd.DataFrame(rows)
+
+
+def moving_null(sim: Simulation, n: int, family: list[str], monitor: str, reference: str, seed: int,
+                scenario: Scenario | None = None) -> pd.DataFrame:
+    """Outcome rows (``analysis.outcomes``' columns) of the moving null: one seeded draw of ``n`` prompts
+    per family member (its own prompts: members that share a filler share no full-retention reading),
+    under ``monitor`` and ``reference``'s names, model ``MOVING_NULL``. ``scenario``: another of
+    ``scenarios`` drawn the same way (the tests' check that the same path detects an alternative)."""
+    sc = scenario or scenarios(sim)[0]
+    parts = []
+    for i, entry in enumerate(family):
+        arm_name, filler = entry.rsplit("@", 1)
+        r = draw(sc, sim, (n,), np.random.default_rng([seed, 1000 + i]))
+        for (who, arm), refused in r.items():
+            parts.append(pd.DataFrame({"model": MOVING_NULL, "item_id": [f"{entry}:{j}" for j in range(n)],
+                                       "judge": monitor if who == "monitor" else reference,
+                                       "arm": "full" if arm == "full" else arm_name, "role": "harmful",
+                                       "system_prompt": True, "filler_tokens": int(filler), "refused": refused}))
+    return pd.concat(parts, ignore_index=True)
