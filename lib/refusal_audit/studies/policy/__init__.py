@@ -691,6 +691,14 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        f"ranks on {len(top)} ({', '.join(top['benchmark']) or 'none'}); Holm-adjusted one-sided "
                        f"p < {alpha} on {len(sig)} ({', '.join(sig['benchmark']) or 'none'}); family = the "
                        f"one-sided test on all {len(rank)} benchmarks.")
+    half = tables.get("rank_test_at_half")
+    if half is not None and len(half) and sens is not None and "p_toward_a_holm" in half:
+        h = half.merge(sens[["benchmark", "group"]], on="benchmark", how="left")
+        sig = h[h["p_toward_a_holm"] < alpha]
+        out.append(f"Sensitivity analysis (the first analysis, every arm at P(unsafe) >= 0.5; the operating-point "
+                   f"conditioning was adopted after it, DEFINITIONS.md): Holm-adjusted one-sided p < {alpha} on "
+                   f"{len(sig)} benchmarks ("
+                   + (", ".join(f"{r.benchmark} [{r.group}]" for r in sig.itertuples()) or "none") + ").")
     return out
 
 

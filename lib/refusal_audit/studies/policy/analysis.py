@@ -417,8 +417,9 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "sensitivity": sens,
         # confirmatory: each arm at its operating point on the undisputed rows; at 0.5: a sensitivity analysis
         "rank_test": rank_tests(conditioned_scores(generations, items, points, p_seed), rank_names, designated,
-                                p_seed, side),
-        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, side),
+                                p_seed, side).assign(analysis="confirmatory: each arm at its operating point"),
+        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, side).assign(
+            analysis="sensitivity: every arm at P(unsafe) >= 0.5 (the first analysis; DEFINITIONS.md)"),
         "operating_points": points,
         "validation": val,
         "spearman": spearman_table(val),
