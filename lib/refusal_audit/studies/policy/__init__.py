@@ -565,8 +565,8 @@ def summary(p, stage: str, table) -> list:
                   "operating point (flagging the share of the undisputed validation rows their labels call unsafe; "
                   "the confirmatory test):"),
                  rank.round(5),
-                 "The same test at P(unsafe) >= 0.5 (descriptive: an arm that flags more everywhere ranks high "
-                 "everywhere):",
+                 "Sensitivity analysis: the same test at P(unsafe) >= 0.5 (the first analysis; an arm that flags more "
+                 "everywhere ranks high everywhere, so it is not the confirmatory test: DEFINITIONS.md says why):",
                  table["rank_test_at_half"].round(5),
                  "Validation accuracy against policy agreement and capability (Spearman across the arms):",
                  table["validation"].round(3), table["spearman"].round(3),
@@ -580,12 +580,18 @@ def summary(p, stage: str, table) -> list:
                  table["unparseable"]]
         if "guard_verdict" in table:
             gv = table["guard_verdict"]
-            shown += ["**Which policy each guard follows** (disputed clean benchmark items; `stats.policy_follows`; "
-                      "the arms at the run seed, the synthetic guards of known answer, released guards):",
+            shown += ["**Which policy each guard follows** (disputed clean benchmark items; its position per direction "
+                      "between its own flag rates on the items both policies call safe (0) and unsafe (1), toward A; "
+                      "`stats.policy_verdict`; the arms at the run seed, the synthetic guards of known answer, "
+                      "released guards):",
                       gv[~gv["guard"].str.contains("|", regex=False)][
-                          ["guard", "kind", "last_signal", "n_disputed", "agree_a", "agree_a_lo", "agree_a_hi",
-                           "flag_disputed", "flag_both_safe", "flag_both_unsafe", "p_not_b", "p_not_a", "follows",
-                           "names_own_signal", "arms_above", "nearest_arm"]].round(4)]
+                          ["guard", "kind", "last_signal", "n_a_stricter", "n_b_stricter", "flag_both_safe",
+                           "flag_both_unsafe", "pos_a_stricter", "pos_a_stricter_lo", "pos_a_stricter_hi",
+                           "pos_b_stricter", "pos_b_stricter_lo", "pos_b_stricter_hi", "follows", "names_own_signal",
+                           "agree_a", "arms_above", "nearest_arm"]].round(3)]
+        if "verdict_calibration" in table:
+            shown += ["The verdict rule on simulated guards of known profile on these items (`verdict_calibration.csv`):",
+                      table["verdict_calibration"].drop(columns=["description"]).round(3)]
         return shown + ["**Verdicts**", *verdicts(p, table)]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
@@ -639,13 +645,17 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     rows = verdict.scored_rows(items)
     answers = verdict.read_answers(verdicts_file, rows["item_id"].tolist(), guard)
     alpha = p.stats.alpha
-    theirs = verdict.verdicts(answers, rows, alpha)
+    theirs = verdict.verdicts(answers, rows, alpha, p.seed)
     run_table = pd.read_csv(arms_file)
     arms_at_seed = run_table[(run_table["kind"] == "arm") & ~run_table["guard"].str.contains("|", regex=False)]
     floor = float(run_table["seed_floor"].iloc[0])
     theirs = verdict.position(theirs, arms_at_seed, floor)
     theirs.to_csv(folder / "guard_verdict.csv", index=False)
+    pairs = verdict.rule_pair_positions(answers, rows, alpha, p.seed)
+    pairs.to_csv(folder / "guard_positions.csv", index=False)
     verdict.benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
+    cal_file = folder / "stats" / NAME / "verdict_calibration.csv"  # a run analysed before issue 38 has none
+    cal = pd.read_csv(cal_file) if cal_file.is_file() else verdict.calibration(rows, alpha, p.seed)
     shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
     fig = charts.guard_position(
         shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (band: +- the seed floor "
@@ -653,7 +663,7 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
                f"disputed clean benchmark items (binary labels of A and B differ); Wilson {1 - alpha:.0%} CIs.")
     save(fig, "guard_verdict", [folder])
     plt.close(fig)
-    return verdict.sentences(theirs, alpha)
+    return verdict.sentences(theirs, alpha, pairs) + [verdict.trust_line(cal)]
 
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -678,8 +688,9 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             detail = "; ".join(f"{r.guard} [{r.last_signal.upper()}] -> {r.follows}" for r in arm.itertuples())
             out.append(f"The verdict names the arm's own last supervision signal for {int(named.sum())} of {len(arm)} "
                        f"arms whose last signal is A or B ({detail}).")
-        for r in verdict.sentences(gv[gv["kind"] == "guard"], alpha):
+        for r in verdict.sentences(gv[gv["kind"] == "guard"], alpha, tables.get("guard_positions")):
             out.append(r)
+        out.append(verdict.trust_line(tables.get("verdict_calibration")))
     rank, sens = tables.get("rank_test"), tables.get("sensitivity")
     if rank is not None and len(rank) and sens is not None and "p_toward_a_holm" in rank:
         r = rank.merge(sens[["benchmark", "group"]], on="benchmark", how="left")
@@ -691,33 +702,36 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        f"ranks on {len(top)} ({', '.join(top['benchmark']) or 'none'}); Holm-adjusted one-sided "
                        f"p < {alpha} on {len(sig)} ({', '.join(sig['benchmark']) or 'none'}); family = the "
                        f"one-sided test on all {len(rank)} benchmarks.")
+    half = tables.get("rank_test_at_half")
+    if half is not None and len(half) and sens is not None and "p_toward_a_holm" in half:
+        h = half.merge(sens[["benchmark", "group"]], on="benchmark", how="left")
+        sig = h[h["p_toward_a_holm"] < alpha]
+        out.append(f"Sensitivity analysis (the first analysis, every arm at P(unsafe) >= 0.5; the operating-point "
+                   f"conditioning was adopted after it, DEFINITIONS.md): Holm-adjusted one-sided p < {alpha} on "
+                   f"{len(sig)} benchmarks ("
+                   + (", ".join(f"{r.benchmark} [{r.group}]" for r in sig.itertuples()) or "none") + ").")
     return out
 
 
 def plan_notes(p) -> list[str]:
     """``make plan``: the disputed items a verdict rests on (benchmark rows whose binary labels under A
     and B differ, before the audit drops contaminated ones), their categories, the pool's binary
-    disagreement, and the disputed items a verdict needs for 80 % power at the params' alpha
-    (``stats.disputed_for_power``: the one-sided Fisher test of "behaves as B" against a guard's flag
-    rate of 0.10 on the items both policies call safe, for a guard that flags 30 %, 50 % or 90 % of the
-    disputed items)."""
-    from ... import stats
-
+    disagreement, and the power of the verdict rule itself (``verdict.disputed_for_power``: the
+    calibration's simulation, ``verdict.CALIBRATION_DRAWS`` guards per profile) at the disputed items
+    available and the disputed items it needs for 80 % power."""
     split = _pool(p)
     bench = split[split["role"] == "benchmark"]
     d = bench[bench["unsafe_a"] != bench["unsafe_b"]]
-    n_safe = int((~bench["unsafe_a"] & ~bench["unsafe_b"]).sum())
-    alpha = p.stats.alpha
     cats = d.groupby(["benchmark", "rule_a", "rule_b"]).size()
-    n_max = max(200, 4 * len(d))  # searched up to four times what the pool holds: beyond that, "more than"
-    need_n = {p1: stats.disputed_for_power(p1, 0.10, n_safe, alpha, 0.8, n_max) for p1 in (0.3, 0.5, 0.9)}
+    need = verdict.disputed_for_power(bench, p.stats.alpha, p.seed)
     return [f"policy: {len(d)} disputed benchmark rows (before the audit) in {d['benchmark'].nunique()} benchmarks and "
             f"{len(cats)} categories (benchmark x rule under A x rule under B); binary A/B disagreement on the pool "
             f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",
-            "policy: disputed items needed for 80 % power at alpha = " + f"{alpha} (flag rate 0.10 on {n_safe} items "
-            "both call safe): " + ", ".join(f"{n if n > 0 else f'more than {n_max}'} for a guard flagging {p1:.0%} of them"
-                                        for p1, n in need_n.items()) +
-            f"; available: {len(d)}"]
+            f"policy: the verdict rule (both directions; {verdict.CALIBRATION_DRAWS} simulated guards per profile, as in "
+            f"verdict_calibration.csv) at alpha = {p.stats.alpha}: power with the {len(d)} disputed rows available, and "
+            "the disputed rows (this mix of rule pairs, scaled) it needs for 80 %: "
+            + "; ".join(f"{r.profile} {r.power:.0%}, needs {r.needed if r.needed > 0 else 'more than ' + str(8 * len(d))}"
+                        for r in need.itertuples())]
 
 
 # --- make plan -----------------------------------------------------------------------------------------

@@ -341,7 +341,7 @@ def guard_verdicts(m: pd.DataFrame, items: pd.DataFrame, recipes: list[str], see
     ans = b.rename(columns={"item_id": "id"})[["guard", "id", "unsafe", "kind", "last_signal", "model", "seed"]]
     synth = verdict.synthetic(rows, seed).assign(seed=seed)
     ans = pd.concat([ans, synth.assign(model=synth["guard"])], ignore_index=True)
-    t = verdict.verdicts(ans, rows, alpha)
+    t = verdict.verdicts(ans, rows, alpha, seed)
     meta = ans.drop_duplicates("guard").set_index("guard")
     t.insert(1, "model", t["guard"].map(meta["model"]))
     t.insert(2, "seed", t["guard"].map(meta["seed"]).astype(int))
@@ -349,9 +349,18 @@ def guard_verdicts(m: pd.DataFrame, items: pd.DataFrame, recipes: list[str], see
     floor = verdict.seed_floor(arms_all, recipes)
     t = verdict.position(t, arms_all[arms_all["seed"] == seed], floor)
     own = t["last_signal"].str.replace("known: ", "", regex=False).str.upper().replace({"NONE": "UNDETERMINED"})
-    known = t["kind"].isin(["arm", "synthetic"]) & own.isin(["A", "B", "UNDETERMINED"])  # not a mixed arm
+    known = t["kind"].isin(["arm", "synthetic"]) & own.isin(["A", "B", "UNDETERMINED", "MIXED"])  # not a mixed arm
     t["names_own_signal"] = pd.Series(t["follows"].str.upper() == own, dtype=object).where(known, None)
     return t
+
+
+def guard_answers(m: pd.DataFrame, items: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """``guard, id, unsafe`` of the run's guards at the run seed and the synthetic guards (as
+    ``guard_verdicts`` reads them), for ``verdict.rule_pair_positions``."""
+    rows = verdict.scored_rows(items)
+    b = m[(m["judge"] == HEADLINE_MODE) & (m["role"] == "benchmark") & m["clean"].astype(bool) & (m["seed"] == seed)]
+    ans = pd.DataFrame({"guard": b["model"], "id": b["item_id"], "unsafe": _unsafe(b).to_numpy()})
+    return pd.concat([ans, verdict.synthetic(rows, seed)[["guard", "id", "unsafe"]]], ignore_index=True)
 
 
 def definitions(items: pd.DataFrame) -> pd.DataFrame:
@@ -398,16 +407,20 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     sweep = convention_sweep(m, p_seed)
     return {
         "guard_verdict": guard_verdicts(m, items, list(s.seed_recipes), p_seed, alpha),
+        "guard_positions": verdict.rule_pair_positions(guard_answers(m, items, p_seed), verdict.scored_rows(items),
+                                                       alpha, p_seed),
+        "verdict_calibration": verdict.calibration(verdict.scored_rows(items), alpha, p_seed),
         "definitions": definitions(items),
         "overlap": design.overlap(items),
         "models": models_table(generations),
         "scores": score_table,
         "arms_by_benchmarks": arms_by_benchmarks(score_table, refs, p_seed, arm_names),
         "sensitivity": sens,
-        # confirmatory: each arm at its operating point on the undisputed rows; at 0.5: descriptive
+        # confirmatory: each arm at its operating point on the undisputed rows; at 0.5: a sensitivity analysis
         "rank_test": rank_tests(conditioned_scores(generations, items, points, p_seed), rank_names, designated,
-                                p_seed, side),
-        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, side),
+                                p_seed, side).assign(analysis="confirmatory: each arm at its operating point"),
+        "rank_test_at_half": rank_tests(score_table, rank_names, designated, p_seed, side).assign(
+            analysis="sensitivity: every arm at P(unsafe) >= 0.5 (the first analysis; DEFINITIONS.md)"),
         "operating_points": points,
         "validation": val,
         "spearman": spearman_table(val),
