@@ -285,7 +285,8 @@ def test_make_guard_verdict_writes_the_verdict_beside_the_run_arms(tmp_path, mon
     monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
     folder = paths.run_dir("mine")
     (folder / "stats" / "policy").mkdir(parents=True)
-    pool_items.to_parquet(folder / "items.parquet")
+    (folder / "policy").mkdir()
+    pool_items.to_parquet(folder / "policy" / "items.parquet")
     items = verdict.design.own(pool_items)
     m = pd.concat([items.assign(model=name, seed=s, kind="arm", last_signal=last, judge="loose",
                                 label=np.where(items[col].astype(bool), "harmful", "not_harmful"))
