@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusal_audit import config, studies
+from refusal_audit import config, stats, studies
 from refusal_audit.paths import DATA_DIR
 from refusal_audit.studies import frames as F
 from refusal_audit.studies.frames import analysis, familiarity
@@ -273,8 +273,19 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     # the report's verdict: the significant and the untestable tests in words, one line for the rest
     said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05)), {"confirmatory": t})
     named = [v for v in sentences if ": significant" in v or "NOT TESTED" in v]
-    assert said[1:-1] == named and said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
-    assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
+    assert said[1].startswith("What this run could have seen") and said[2:-1] == named
+    assert said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
+    # the noise criterion's grid at this run's item counts (30 on all items, 15 non-harmful), 7 decodes, Holm over 33
+    sim = out["noise_simulation"]
+    assert sorted(sim["n_items"].unique()) == [15, 30] and (sim["n_decodes"] == 7).all() and (sim["family_size"] == 33).all()
+    assert sim.loc[sim["null"], "rate_beyond"].max() <= 0.05
+    # the null tests say what they could have seen: m0's E-N on all items, at its swing, from the 30-item grid
+    m0 = r.loc[("all", "m0", "E-N")]
+    grid = sim[sim["n_items"] == 30]
+    assert m0["mde_swing_sd"] == stats.swing_for(grid, m0["mean_abs_paraphrase"])
+    assert m0["mde_80"] == pytest.approx(stats.min_detectable(grid, m0["mde_swing_sd"])) and 0.1 < m0["mde_80"] < 0.5
+    assert any(v.startswith("m0, refusal (outcome judge, all items), E-N") and f"power only for a frame effect of "
+               f"{m0['mde_80']:.2f}" in v for v in sentences)
 
 
 def test_a_separated_logit_is_tested_on_the_risk_difference_scale():

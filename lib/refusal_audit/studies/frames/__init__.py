@@ -517,6 +517,14 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     f"{len(null)} tests significant after Holm ("
                     + ("rejected, as it must be)." if not (null["p_holm"] < alpha).any() else "NOT rejected).")
                     )
+    mde = fam["mde_80"].dropna() if "mde_80" in fam else pd.Series(dtype=float)
+    if len(mde) and not ((fam["p_holm"] < alpha) & fam["beyond_noise"].fillna(False).astype(bool)).all():
+        head.append(f"What this run could have seen: its frame-pair tests had 80 % power (beyond paraphrase noise and "
+                    f"significant at Holm's strictest step; simulated at their own item count, decodes and paraphrase "
+                    f"swing) only for frame effects of {mde.min():.2f} to {mde.max():.2f} ({100 * mde.min():.0f} to "
+                    f"{100 * mde.max():.0f} points) or more (`mde_80` in stats/frames/confirmatory.csv)."
+                    + (f" {int(fam['mde_80'].isna().sum() - fam['mde_swing_sd'].isna().sum())} tests had 80 % power for"
+                       " no effect of the grid." if (fam["mde_80"].isna() & fam["mde_swing_sd"].notna()).any() else ""))
     tested = pd.concat([fam, null])
     said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok")]
     rest = len(tested) - len(said)
@@ -546,17 +554,31 @@ def summary(p, stage: str, table) -> list:
 
         c, conf = table["contrasts"], table["confirmatory"]
         shown = ["outcome", "subset", "model", "contrast", "family", "delta", "scale", "estimate", "ci_lo", "ci_hi", "p",
-                 "p_holm", "significant", "noise_margin", "beyond_noise", "status"]
+                 "p_holm", "significant", "noise_margin", "beyond_noise", "mde_80", "status"]
         return [flag, "Frame contrasts (mean Delta over items, cluster-bootstrap 95 % CI):", c[c["subset"] == "all"].round(3),
                 f"Confirmatory table (`stats/frames/confirmatory.csv`; {fr.cov_type} SEs; definitions in "
                 "`studies/frames/DEFINITIONS.md`):", conf[conf["confirmatory"]][shown].round(4),
                 "Reversals (items against the model's overall sign; items whose sign differs between paraphrases):",
-                table["reversals"], "The paraphrase-noise test's measured size and power at this run's item count:",
-                table["noise_simulation"].round(3), "**Verdicts** (confirmatory family):",
+                table["reversals"], "The noise criterion's simulated size (largest share called beyond where the true frame effect is "
+                "no larger than the true paraphrase swing) and power (beyond noise and significant at Holm's strictest "
+                "step; rows: frame effect, columns: swing SD) at this run's item counts (`stats/frames/noise_simulation.csv`):",
+                *noise_power(table["noise_simulation"]), "**Verdicts** (confirmatory family):",
                 "\n".join(f"- {v}" for v in verdicts(conf, p.stats.alpha))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+def noise_power(grid: pd.DataFrame):
+    """Notebook 05's view of the noise simulation: per item count, the size over the null cells, then the
+    power (``rate_detect``) by frame effect x swing SD."""
+    if not len(grid):
+        return ["no frame-pair test had a noise test"]
+    out = []
+    for n, g in grid.groupby("n_items"):
+        out.append(f"{n} items: size {g.loc[g['null'], 'rate_beyond'].max():.3f} over {int(g['null'].sum())} null cells")
+        out.append(g.pivot_table(index="frame_effect", columns="swing_sd", values="rate_detect").round(2))
+    return out
 
 
 # --- make plan -----------------------------------------------------------------------------------------
