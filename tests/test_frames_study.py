@@ -288,6 +288,74 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
                f"{m0['mde_80']:.2f}" in v for v in sentences)
 
 
+def swinging(n_items=36, frame=0.0, swing_sd=0.5, seed=0, decodes=7):
+    """m1: a frame effect ``frame`` (E above D and N) and per-item paraphrase swings of random sign,
+    N(0, swing_sd) (A +s/2, B -s/2), around p = 0.5; m0 and b0: no frame effect and no swing."""
+    rng = np.random.default_rng(seed)
+    swing = rng.normal(0, swing_sd, n_items)
+    rows = []
+    for m in ("m0", "m1", "b0"):
+        for i in range(n_items):
+            for f in "EDN":
+                for r, sign in (("A", 1), ("B", -1)):
+                    pr = 0.5 + ((frame / 2 if f == "E" else -frame / 2) + sign * swing[i] / 2 if m == "m1" else 0.0)
+                    y = (rng.random(decodes) < np.clip(pr, 0, 1)).astype(float)
+                    rows += [{"model": m, "item_id": f"i{i}", "frame": f, "paraphrase": r, "decode": k, "y": y[k],
+                              "familiarity": -3.0 - i / n_items} for k in range(decodes)]
+    d = pd.DataFrame(rows).assign(judge="outcome", outcome="refusal", cluster=lambda x: x["item_id"])
+    return d.assign(stratum="benign", harmful_request=False)
+
+
+@pytest.mark.parametrize("frame", [0.0, 0.3])
+def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
+    """Known truth through the same analysis functions: m1's answers swing with the wording, item by item
+    (SD 0.6, random sign), and with the frame by no more than that (0 or +30 points E vs D and N). No
+    frame pair is beyond paraphrase noise, and the verdict says what the design could have seen.
+    (Under the old |mean dF| - |mean dP| margin the +30 point case was "beyond" in most tables.)"""
+    t = analysis.confirmatory(three_models(), swinging(frame=frame, swing_sd=0.6, seed=5), {"outcome": "outcome"})["confirmatory"]
+    r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")
+          & t["contrast"].isin(["E-D", "E-N", "D-N"])].set_index("contrast")
+    assert len(r) == 3 and (r["status"] == "ok").all()
+    assert (r["mean_abs_paraphrase"] > r["mean_abs_delta"]).all() and not r["beyond_noise"].any()
+    if frame == 0:
+        assert not r["significant"].any()
+    else:
+        assert r.loc["E-N", "delta"] > 0.15 and r.loc["D-N", "delta"] == pytest.approx(0, abs=0.1)
+    said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
+    assert len(said) == 1 and "not beyond paraphrase noise; this design (36 items, paraphrase swing SD" in said[0]
+
+
+def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
+    """The frame-sensitive counterpart: +40 points E vs D and N against swings of SD 0.1: significant after
+    Holm and beyond noise on E-N and E-D, not on D-N."""
+    t = analysis.confirmatory(three_models(), swinging(frame=0.4, swing_sd=0.1, seed=6), {"outcome": "outcome"})["confirmatory"]
+    r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")].set_index("contrast")
+    for k in ("E-N", "E-D"):
+        assert r.loc[k, "estimate"] > 0 and r.loc[k, "p_holm"] < 0.05 and bool(r.loc[k, "beyond_noise"]), r.loc[k]
+    assert not r.loc["D-N", "beyond_noise"] and not r.loc["D-N", "significant"]
+
+
+def test_the_interaction_is_fitted_with_the_primary_models_covariates():
+    """The frame x model Wald test from a pooled fit that carries C~ (centred within each model) and frame:C~,
+    checked against statsmodels' GEE on a hand-built design and the Wald statistic b' V^-1 b by hand."""
+    import statsmodels.api as sm
+
+    d = planted3(n_items=20)
+    d = d.assign(familiarity=d["familiarity"] + np.where(d["model"] == "m1", 1.0, 0.0)
+                 + d["item_id"].str[1:].astype(int) % 3)   # differs by model and is not linear in the item
+    got = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0)
+    g = d[d["model"].isin(["m0", "m1"])].copy()
+    g["c"] = g["familiarity"] - g["model"].map(g.drop_duplicates(["model", "item_id"]).groupby("model")["familiarity"].mean())
+    x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
+                      "m1": (g["model"] == "m1") * 1.0, "B": (g["paraphrase"] == "B") * 1.0, "c": g["c"]})
+    x["Dm1"], x["Em1"], x["Dc"], x["Ec"] = x["D"] * x["m1"], x["E"] * x["m1"], x["D"] * x["c"], x["E"] * x["c"]
+    res = sm.GEE(g["y"].to_numpy(), x, groups=pd.factorize(g["cluster"])[0], family=sm.families.Binomial(),
+                 cov_struct=sm.cov_struct.Independence()).fit(cov_type="robust")
+    b = res.params[["Dm1", "Em1"]].to_numpy()
+    v = res.cov_params().loc[["Dm1", "Em1"], ["Dm1", "Em1"]].to_numpy()
+    assert got["stat"] == pytest.approx(float(b @ np.linalg.solve(v, b)), rel=1e-5) and got["df"] == 2
+
+
 def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
     """m1 refuses every reply under E (the logit separates): its contrasts come from the same model with an
     identity link, marked in ``scale``, equal to the hand-built OLS contrast with the cluster sandwich's SE;
@@ -391,7 +459,10 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert (n["family"] == "null control (Holm over 9)").all()
     from statsmodels.stats.multitest import multipletests
     fam = t[t["family"] == "null control (Holm over 9)"]
-    assert fam["p_holm"].to_numpy() == pytest.approx(multipletests(fam["p"].fillna(1.0), method="holm")[1], nan_ok=True) or fam["p"].isna().any()
+    p_raw = fam["p"].to_numpy(dtype=float)   # the 3 harmful-compliance tests cannot be fitted (no events): p = 1 in Holm
+    assert np.isnan(p_raw).sum() == 3
+    want = np.where(np.isnan(p_raw), np.nan, multipletests(np.nan_to_num(p_raw, nan=1.0), method="holm")[1])
+    assert fam["p_holm"].to_numpy() == pytest.approx(want, nan_ok=True)
     assert not n["significant"].any() and not n["beyond_noise"].any()
     assert t["confirmatory"].sum() == 33  # the null control is not in the Holm family
     planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
