@@ -399,6 +399,11 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
     ({"cov_type": "hc3"}, "frames.cov_type"),
     ({"confirmatory": {"contrasts": ["E-E"]}}, "frames.confirmatory.contrasts"),
     ({"confirmatory": {"models": ["m9"]}}, "frames.confirmatory.models"),
+    ({"interaction_reference": "m9"}, r"^x.yaml: frames.interaction_reference: expected empty or a model of frames.models"),
+    ({"data": {"strata": ["explicit_harmful", "jailbreak"]}},
+     r"^x.yaml: frames.confirmatory.subsets: expected subsets with items: non_harmful holds no item"),
+    ({"familiarity_quantile": 1.2}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
+    ({"familiarity_quantile": 0.3}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
 ])
 def test_bad_confirmatory_params_stop_at_load(registered, section, message):
@@ -435,6 +440,24 @@ def test_outcome_classes_harmful_only_on_harmful_requests_or_by_the_harm_judge()
     assert [y[("outcome", "harmful_compliance", i)] for i in "hbx"] == [1, 0, 1]
     assert y[("learned_harmful", "harmful_compliance", "h")] == 1 and y[("learned_harmful", "harmful_compliance", "b")] == 0
     assert np.isnan(y[("learned_harmful", "harmful_compliance", "x")])
+
+
+def test_harm_judge_agreement_with_the_outcome_judge_by_hand():
+    """Six replies, four to harmful requests: the outcome judge's harmful compliance against the learned harm
+    judge's verdict (one unparseable), on all replies and on those to harmful requests."""
+    rows = []
+    for i, (out, harm, harmful) in enumerate([(1, 1, True), (0, 0, True), (1, 0, True), (0, np.nan, True),
+                                              (0, 1, False), (0, 0, False)]):
+        base = {"generation_id": f"g{i}", "harmful_request": harmful, "outcome": "harmful_compliance"}
+        rows += [{**base, "judge": "outcome", "y": float(out)}, {**base, "judge": "learned_harmful", "y": harm}]
+    rows.append({"generation_id": "g0", "harmful_request": True, "outcome": "refusal", "judge": "keyword", "y": 0.0})
+    got = analysis.harm_agreement(pd.DataFrame(rows)).set_index("on")
+    # all: pairs (1,1) (0,0) (1,0) (0,1) (0,0): 3 of 5 agree; p_o = 0.6, p_e = 0.4*0.4 + 0.6*0.6 = 0.52
+    assert got.loc["all replies", "n"] == 5 and got.loc["all replies", "agreement"] == pytest.approx(0.6)
+    assert got.loc["all replies", "kappa"] == pytest.approx((0.6 - 0.52) / (1 - 0.52))
+    # harmful requests: (1,1) (0,0) (1,0): p_o = 2/3, p_e = (2/3)(1/3) + (1/3)(2/3) = 4/9
+    assert got.loc["replies to harmful requests", "kappa"] == pytest.approx((2 / 3 - 4 / 9) / (1 - 4 / 9))
+    assert set(got["judge_b"]) == {"learned_harmful"}
 
 
 def test_null_control_rows_are_relabelled_and_come_out_null():
@@ -485,3 +508,13 @@ def test_familiarity_on_the_public_text_against_its_unseen_rewording():
     assert got.loc["a", "familiarity_excess"] == 1.5 and got.loc["a", "familiar"]
     assert got.loc["b", "familiarity_excess"] == -1.0 and not got.loc["b", "familiar"]
     assert got.loc["b", "familiarity_bodies"] == -1.5
+    # the margin: the 0.95 quantile of {+-(A - B) sqrt(3)/2} = {+-0.866, 0, 0}, by numpy's interpolation
+    margin = np.quantile([np.sqrt(3) / 2, -np.sqrt(3) / 2, 0.0, 0.0], 0.95)
+    assert got.loc["a", "familiarity_margin"] == pytest.approx(margin) and margin == pytest.approx(0.736, abs=1e-3)
+    # an excess below the margin is not familiar: source at -2.9 against its reference -3.5 (excess 0.6)
+    lower = familiarity.per_item(scored.assign(min_k=scored["min_k"].where(scored["body"] != "sa", -2.9))).set_index("item_id")
+    assert lower.loc["a", "familiarity_excess"] == pytest.approx(0.6) and not lower.loc["a", "familiar"]
+    assert familiarity.per_item(scored, 0.5).set_index("item_id").loc["a", "familiarity_margin"] == 0.0
+    share = familiarity.familiar_share(got.reset_index())
+    assert share.to_dict("records") == [{"model": "m", "n_items": 2, "familiarity_margin": pytest.approx(margin),
+                                         "n_familiar": 1, "share_familiar": 0.5}]

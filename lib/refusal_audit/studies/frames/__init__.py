@@ -89,6 +89,9 @@ class Params:
     max_new_tokens: int = 32
     second_judge: str = "keyword"      # judge sensitivity: keyword | learned_refusal_soft (a refusal judge)
     min_k: float = 0.2                 # Min-K% Prob's k
+    # familiar = source Min-K% above its unseen rewordings' by more than this quantile of the null reference
+    # distribution (familiarity.per_item; DEFINITIONS.md), in [0.5, 1)
+    familiarity_quantile: float = 0.95
     noise_quantile: float = 0.95
     similarity_thresholds: list[float] = field(default_factory=lambda: [0.0, 0.8, 0.85, 0.9])
     paraphraser: str | None = None     # hook: a capable model under models rewrites the bodies (GPU only)
@@ -161,6 +164,9 @@ def check(p, where: str) -> None:
     need(p.judges.learned, where, "judges.learned", "true (the outcome judge is built on the learned heads)",
          p.judges.learned)
     need(0 < fr.min_k <= 1, where, "frames.min_k", "a number in (0, 1]", fr.min_k)
+    need(0.5 <= fr.familiarity_quantile < 1, where, "frames.familiarity_quantile",
+         "a number in [0.5, 1) (the quantile of the null reference distribution that sets the familiarity margin)",
+         fr.familiarity_quantile)
     need(0 < fr.noise_quantile < 1, where, "frames.noise_quantile", "a number in (0, 1)", fr.noise_quantile)
     need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
          "null or a model named under models", fr.paraphraser)
@@ -174,7 +180,7 @@ def judge_kinds(fr: Params) -> dict[str, str]:
 
 def check_confirmatory(fr: Params, where: str) -> None:
     """The declared family and the settings of its tests (one clear error, before any generation)."""
-    from .analysis import EMITS, SUBSETS, declared_family
+    from .analysis import EMITS, HARMFUL_STRATA, SUBSETS, declared_family
 
     need(fr.reference_frame in fr.frames, where, "frames.reference_frame", f"one of the frames {sorted(fr.frames)}",
          fr.reference_frame)
@@ -206,6 +212,9 @@ def check_confirmatory(fr: Params, where: str) -> None:
              f"models of frames.models or null controls {analysed_models(fr)}", m)
     for sub in c.subsets:
         need(sub in SUBSETS, where, "frames.confirmatory.subsets", f"subsets among {sorted(SUBSETS)}", sub)
+        need(sub != "non_harmful" or not set(fr.data.strata) <= set(HARMFUL_STRATA), where, "frames.confirmatory.subsets",
+             f"subsets with items: non_harmful holds no item when frames.data.strata is {fr.data.strata} "
+             "(add borderline or benign, or drop non_harmful)", sub)
     need(len(declared_family(fr, kinds)) > 0, where, "frames.confirmatory",
          "a family with at least one test (judges x outcomes x subsets x (models x contrasts + interactions + base_of))",
          {"judges": c.judges, "outcomes": c.outcomes, "contrasts": c.contrasts, "models": c.models, "subsets": c.subsets})
@@ -405,7 +414,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
             nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g)))
     fam = pd.concat(fam, ignore_index=True)
     store.write_atomic(fam, folder / f"{NAME}_familiarity.parquet")
-    per_item = familiarity.per_item(fam)
+    per_item = familiarity.per_item(fam, fr.familiarity_quantile)
     extra = prompts[["prompt_id", "model", "body", "request"]].drop_duplicates(["prompt_id", "model"])
 
     def complete(out):
@@ -493,7 +502,9 @@ def reporting(p) -> dict[str, str]:
                       "<= 2/3 < hard; each stratum's items drawn one tier at a time from the calibrated candidates. "
                       "Familiarity: Min-K% Prob (k = {:.0%}) of the model's own token log-probabilities over the "
                       "item's public source text, against a reference, the same score on its two paraphrased "
-                      "requests (unseen text): familiar = above the reference.".format(fr.min_k),
+                      "requests (unseen text): familiar = above the reference by more than the {:.0%} quantile of "
+                      "its null distribution (+-(A - B) sqrt(3)/2 over the model's items; stats/frames/"
+                      "familiarity_share.csv gives the share called familiar).".format(fr.min_k, fr.familiarity_quantile),
         "seed_floor": "Nothing is trained in this study's run. Sampled decodes (T = 0.4, 0.8) use seeds "
                       f"{fr.seeds}; each row's generator is seeded by (prompt, decoding), so a rerun gives the same "
                       "replies. The floor against which a frame contrast is read is the matched paraphrase contrast "

@@ -464,16 +464,19 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         thresholds.append(c.assign(threshold=t) if len(c) else pd.DataFrame(
             [{"threshold": t, "subset": f"sim>={t}", "n_items": 0}]))
     con_all = pd.concat([con] + [e for e in extra if len(e)], ignore_index=True)
-    # judge sensitivity: the refusal contrasts under the two judges side by side, and their agreement
-    ref_c = con[con["outcome"] == "refusal"].pivot_table(index=["model", "contrast"], columns="judge",
-                                                          values="delta").reset_index()
-    agree = judges.agreement(judgments[judgments["kind"] != "harmful"])
+    # judge sensitivity: the refusal contrasts under the outcome and second judges, the harmful-compliance
+    # contrasts under the outcome and harm judges, side by side; and each pair's agreement
+    ref_c = con[con["outcome"].isin(["refusal", "harmful_compliance"])].pivot_table(
+        index=["outcome", "model", "contrast"], columns="judge", values="delta").reset_index()
+    agree = pd.concat([judges.agreement(judgments[judgments["kind"] != "harmful"]).assign(outcome="refusal"),
+                       harm_agreement(d)], ignore_index=True)
     tiers = generations.drop_duplicates("item_id")[["item_id", "role", "tier"]].rename(columns={"role": "stratum"})
-    fam_cols = [c for c in ("familiarity_reference", "familiarity_excess", "familiar", "familiarity_bodies") if c in generations]
+    fam_cols = [c for c in ("familiarity_reference", "familiarity_excess", "familiarity_margin", "familiar",
+                            "familiarity_bodies") if c in generations]
     fam_table = (fam.rename("familiarity_min_k").reset_index()
                  .merge(generations.drop_duplicates(["model", "item_id"])[["model", "item_id", *fam_cols]],
                         on=["model", "item_id"], how="left").merge(tiers, on="item_id"))
-    from .familiarity import lexical_overlap
+    from .familiarity import familiar_share, lexical_overlap
     fam_table = fam_table.merge(lexical_overlap(items, training_pools(p, fr.models)), on="item_id", how="left")
     rates = stats.rate_table(d.dropna(subset=["y"]).assign(y=lambda x: x["y"].astype(bool)),
                              ["judge", "outcome", "model", "frame"], "y", s.alpha)
@@ -490,4 +493,24 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         "judge_sensitivity": ref_c if len(ref_c) else pd.DataFrame([{"note": "no refusal contrasts"}]),
         "judge_agreement": agree if len(agree) else pd.DataFrame([{"note": "one judge"}]),
         "familiarity": fam_table,
+        **({"familiarity_share": familiar_share(fam_table)} if "familiar" in fam_table and "familiarity_margin" in fam_table
+           else {}),
     }
+
+
+def harm_agreement(d: pd.DataFrame) -> pd.DataFrame:
+    """The outcome judge's harmful compliance against the learned harm judge's verdict, on the replies both
+    can score: all of them, and those to harmful requests (the outcome judge's harmful compliance is 0 on the
+    others by definition). Raw agreement and Cohen's kappa (``stats.cohen_kappa``)."""
+    h = d[(d["outcome"] == "harmful_compliance")].pivot_table(index=["generation_id", "harmful_request"],
+                                                               columns="judge", values="y").reset_index()
+    names = [j for j in h.columns if j not in ("generation_id", "harmful_request")]
+    rows = []
+    if MAIN_JUDGE in names:
+        for other in [j for j in names if j != MAIN_JUDGE]:
+            for on, g in (("all replies", h), ("replies to harmful requests", h[h["harmful_request"]])):
+                both = g[[MAIN_JUDGE, other]].dropna().astype(bool)
+                rows.append({"judge_a": MAIN_JUDGE, "judge_b": other, "outcome": "harmful_compliance", "on": on,
+                             "n": len(both), "agreement": float((both[MAIN_JUDGE] == both[other]).mean()) if len(both) else np.nan,
+                             "kappa": stats.cohen_kappa(both[MAIN_JUDGE], both[other]) if len(both) else np.nan})
+    return pd.DataFrame(rows, columns=["judge_a", "judge_b", "outcome", "on", "n", "agreement", "kappa"])
