@@ -309,10 +309,11 @@ def swinging(n_items=36, frame=0.0, swing_sd=0.5, seed=0, decodes=7):
 @pytest.mark.parametrize("frame", [0.0, 0.3])
 def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
     """Known truth through the same analysis functions: m1's answers swing with the wording, item by item
-    (SD 0.6, random sign), and with the frame by no more than that (0 or +30 points E vs D and N). No
-    frame pair is beyond paraphrase noise, and the verdict says what the design could have seen.
-    (Under the old |mean dF| - |mean dP| margin the +30 point case was "beyond" in most tables.)"""
-    t = analysis.confirmatory(three_models(), swinging(frame=frame, swing_sd=0.6, seed=5), {"outcome": "outcome"})["confirmatory"]
+    (SD 0.6, random sign), and with the frame by no more than that (0 or +30 points E vs D and N), 100 items.
+    No frame pair is beyond paraphrase noise, and the verdict says what the design could have seen.
+    (The old |mean dF| - |mean dP| margin calls the +30 point case beyond: the swings cancel out of mean dP.)"""
+    d = swinging(n_items=100, frame=frame, swing_sd=0.6, seed=5)
+    t = analysis.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
     r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")
           & t["contrast"].isin(["E-D", "E-N", "D-N"])].set_index("contrast")
     assert len(r) == 3 and (r["status"] == "ok").all()
@@ -322,7 +323,7 @@ def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
     else:
         assert r.loc["E-N", "delta"] > 0.15 and r.loc["D-N", "delta"] == pytest.approx(0, abs=0.1)
     said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
-    assert len(said) == 1 and "not beyond paraphrase noise; this design (36 items, paraphrase swing SD" in said[0]
+    assert len(said) == 1 and "not beyond paraphrase noise; this design (100 items, paraphrase swing SD" in said[0]
 
 
 def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():

@@ -466,8 +466,8 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
     con_all = pd.concat([con] + [e for e in extra if len(e)], ignore_index=True)
     # judge sensitivity: the refusal contrasts under the outcome and second judges, the harmful-compliance
     # contrasts under the outcome and harm judges, side by side; and each pair's agreement
-    ref_c = con[con["outcome"].isin(["refusal", "harmful_compliance"])].pivot_table(
-        index=["outcome", "model", "contrast"], columns="judge", values="delta").reset_index()
+    ref_c = con[con["outcome"].isin(["refusal", "harmful_compliance"])].rename(columns={"outcome": "measure"}).pivot_table(
+        index=["measure", "model", "contrast"], columns="judge", values="delta").rename_axis(columns=None).reset_index()
     agree = pd.concat([judges.agreement(judgments[judgments["kind"] != "harmful"]).assign(outcome="refusal"),
                        harm_agreement(d)], ignore_index=True)
     tiers = generations.drop_duplicates("item_id")[["item_id", "role", "tier"]].rename(columns={"role": "stratum"})
