@@ -95,3 +95,22 @@ def test_the_confirmatory_table_holds_the_control_in_the_declared_family(recover
         control_row = r.loc[(CONTROL, contrast)]
         assert control_row["confirmatory"] and control_row["delta"] > 0, control_row
         assert abs(r.loc[(NULL, contrast), "delta"]) < control_row["delta"]
+
+
+def test_the_preregistered_control_run_recovers_the_plant_and_its_null_is_clean():
+    """The dedicated run of params/frames_control.yaml (sized from the noise simulation before it ran: 24 benign
+    items x 7 decodes, family E-D and E-N): its recorded declared tests (aggregates, organism/frame_control/
+    preregistered_run.csv) were produced under the params file as it is now (sha256), the control is
+    significant after Holm AND beyond paraphrase noise (magnitude criterion) on both contrasts, and the null
+    control is neither. Rerun: make all PARAMS=params/frames_control.yaml, then control.preregistered_rows."""
+    import hashlib
+
+    rows = pd.read_csv(control.PREREGISTERED_RESULT)
+    assert (rows["params_sha256"] == hashlib.sha256(control.PREREGISTERED.read_bytes()).hexdigest()).all(), \
+        "params/frames_control.yaml changed after its run: a new pre-registration needs a new run"
+    assert len(rows) == 4 and (rows["status"] == "ok").all() and (rows["n_items"] == 24).all()
+    recovered, clean = control.preregistered_verdict(rows, 0.05)
+    assert recovered and clean
+    # the verdict rule itself: a control row not beyond noise, or a null row beyond it, fails
+    broken = rows.assign(beyond_noise=rows["family"].str.startswith("null control"))
+    assert control.preregistered_verdict(broken, 0.05) == (False, False)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusal_audit import config, studies
+from refusal_audit import config, stats, studies
 from refusal_audit.paths import DATA_DIR
 from refusal_audit.studies import frames as F
 from refusal_audit.studies.frames import analysis, familiarity
@@ -273,8 +273,88 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     # the report's verdict: the significant and the untestable tests in words, one line for the rest
     said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05)), {"confirmatory": t})
     named = [v for v in sentences if ": significant" in v or "NOT TESTED" in v]
-    assert said[1:-1] == named and said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
-    assert out["noise_simulation"]["rate_beyond"].iloc[2] > 0.9   # the power row at this run's 30 items
+    assert said[1].startswith("What this run could have seen") and said[2:-1] == named
+    assert said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
+    # the noise criterion's grid at this run's item counts (30 on all items, 15 non-harmful), 7 decodes, Holm over 33
+    sim = out["noise_simulation"]
+    assert sorted(sim["n_items"].unique()) == [15, 30] and (sim["n_decodes"] == 7).all() and (sim["family_size"] == 33).all()
+    assert sim.loc[sim["null"], "rate_beyond"].max() <= 0.05
+    # the null tests say what they could have seen: m0's E-N on all items, at its swing, from the 30-item grid
+    m0 = r.loc[("all", "m0", "E-N")]
+    grid = sim[sim["n_items"] == 30]
+    assert m0["mde_swing_sd"] == stats.swing_for(grid, m0["mean_abs_paraphrase"])
+    assert m0["mde_80"] == pytest.approx(stats.min_detectable(grid, m0["mde_swing_sd"])) and 0.1 < m0["mde_80"] < 0.5
+    assert any(v.startswith("m0, refusal (outcome judge, all items), E-N") and f"power only for a frame effect of "
+               f"{m0['mde_80']:.2f}" in v for v in sentences)
+
+
+def swinging(n_items=36, frame=0.0, swing_sd=0.5, seed=0, decodes=7):
+    """m1: a frame effect ``frame`` (E above D and N) and per-item paraphrase swings of random sign,
+    N(0, swing_sd) (A +s/2, B -s/2), around p = 0.5; m0 and b0: no frame effect and no swing."""
+    rng = np.random.default_rng(seed)
+    swing = rng.normal(0, swing_sd, n_items)
+    rows = []
+    for m in ("m0", "m1", "b0"):
+        for i in range(n_items):
+            for f in "EDN":
+                for r, sign in (("A", 1), ("B", -1)):
+                    pr = 0.5 + ((frame / 2 if f == "E" else -frame / 2) + sign * swing[i] / 2 if m == "m1" else 0.0)
+                    y = (rng.random(decodes) < np.clip(pr, 0, 1)).astype(float)
+                    rows += [{"model": m, "item_id": f"i{i}", "frame": f, "paraphrase": r, "decode": k, "y": y[k],
+                              "familiarity": -3.0 - i / n_items} for k in range(decodes)]
+    d = pd.DataFrame(rows).assign(judge="outcome", outcome="refusal", cluster=lambda x: x["item_id"])
+    return d.assign(stratum="benign", harmful_request=False)
+
+
+@pytest.mark.parametrize("frame", [0.0, 0.3])
+def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
+    """Known truth through the same analysis functions: m1's answers swing with the wording, item by item
+    (SD 0.6, random sign), and with the frame by no more than that (0 or +30 points E vs D and N), 100 items.
+    No frame pair is beyond paraphrase noise, and the verdict says what the design could have seen.
+    (The old |mean dF| - |mean dP| margin calls the +30 point case beyond: the swings cancel out of mean dP.)"""
+    d = swinging(n_items=100, frame=frame, swing_sd=0.6, seed=5)
+    t = analysis.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
+    r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")
+          & t["contrast"].isin(["E-D", "E-N", "D-N"])].set_index("contrast")
+    assert len(r) == 3 and (r["status"] == "ok").all()
+    assert (r["mean_abs_paraphrase"] > r["mean_abs_delta"]).all() and not r["beyond_noise"].any()
+    if frame == 0:
+        assert not r["significant"].any()
+    else:
+        assert r.loc["E-N", "delta"] > 0.15 and r.loc["D-N", "delta"] == pytest.approx(0, abs=0.1)
+    said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
+    assert len(said) == 1 and "not beyond paraphrase noise; this design (100 items, paraphrase swing SD" in said[0]
+
+
+def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
+    """The frame-sensitive counterpart: +40 points E vs D and N against swings of SD 0.1: significant after
+    Holm and beyond noise on E-N and E-D, not on D-N."""
+    t = analysis.confirmatory(three_models(), swinging(frame=0.4, swing_sd=0.1, seed=6), {"outcome": "outcome"})["confirmatory"]
+    r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")].set_index("contrast")
+    for k in ("E-N", "E-D"):
+        assert r.loc[k, "estimate"] > 0 and r.loc[k, "p_holm"] < 0.05 and bool(r.loc[k, "beyond_noise"]), r.loc[k]
+    assert not r.loc["D-N", "beyond_noise"] and not r.loc["D-N", "significant"]
+
+
+def test_the_interaction_is_fitted_with_the_primary_models_covariates():
+    """The frame x model Wald test from a pooled fit that carries C~ (centred within each model) and frame:C~,
+    checked against statsmodels' GEE on a hand-built design and the Wald statistic b' V^-1 b by hand."""
+    import statsmodels.api as sm
+
+    d = planted3(n_items=20)
+    d = d.assign(familiarity=d["familiarity"] + np.where(d["model"] == "m1", 1.0, 0.0)
+                 + d["item_id"].str[1:].astype(int) % 3)   # differs by model and is not linear in the item
+    got = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0)
+    g = d[d["model"].isin(["m0", "m1"])].copy()
+    g["c"] = g["familiarity"] - g["model"].map(g.drop_duplicates(["model", "item_id"]).groupby("model")["familiarity"].mean())
+    x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
+                      "m1": (g["model"] == "m1") * 1.0, "B": (g["paraphrase"] == "B") * 1.0, "c": g["c"]})
+    x["Dm1"], x["Em1"], x["Dc"], x["Ec"] = x["D"] * x["m1"], x["E"] * x["m1"], x["D"] * x["c"], x["E"] * x["c"]
+    res = sm.GEE(g["y"].to_numpy(), x, groups=pd.factorize(g["cluster"])[0], family=sm.families.Binomial(),
+                 cov_struct=sm.cov_struct.Independence()).fit(cov_type="robust")
+    b = res.params[["Dm1", "Em1"]].to_numpy()
+    v = res.cov_params().loc[["Dm1", "Em1"], ["Dm1", "Em1"]].to_numpy()
+    assert got["stat"] == pytest.approx(float(b @ np.linalg.solve(v, b)), rel=1e-5) and got["df"] == 2
 
 
 def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
@@ -320,6 +400,11 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
     ({"cov_type": "hc3"}, "frames.cov_type"),
     ({"confirmatory": {"contrasts": ["E-E"]}}, "frames.confirmatory.contrasts"),
     ({"confirmatory": {"models": ["m9"]}}, "frames.confirmatory.models"),
+    ({"interaction_reference": "m9"}, r"^x.yaml: frames.interaction_reference: expected empty or a model of frames.models"),
+    ({"data": {"strata": ["explicit_harmful", "jailbreak"]}},
+     r"^x.yaml: frames.confirmatory.subsets: expected subsets with items: non_harmful holds no item"),
+    ({"familiarity_quantile": 1.2}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
+    ({"familiarity_quantile": 0.3}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
 ])
 def test_bad_confirmatory_params_stop_at_load(registered, section, message):
@@ -358,6 +443,24 @@ def test_outcome_classes_harmful_only_on_harmful_requests_or_by_the_harm_judge()
     assert np.isnan(y[("learned_harmful", "harmful_compliance", "x")])
 
 
+def test_harm_judge_agreement_with_the_outcome_judge_by_hand():
+    """Six replies, four to harmful requests: the outcome judge's harmful compliance against the learned harm
+    judge's verdict (one unparseable), on all replies and on those to harmful requests."""
+    rows = []
+    for i, (out, harm, harmful) in enumerate([(1, 1, True), (0, 0, True), (1, 0, True), (0, np.nan, True),
+                                              (0, 1, False), (0, 0, False)]):
+        base = {"generation_id": f"g{i}", "harmful_request": harmful, "outcome": "harmful_compliance"}
+        rows += [{**base, "judge": "outcome", "y": float(out)}, {**base, "judge": "learned_harmful", "y": harm}]
+    rows.append({"generation_id": "g0", "harmful_request": True, "outcome": "refusal", "judge": "keyword", "y": 0.0})
+    got = analysis.harm_agreement(pd.DataFrame(rows)).set_index("on")
+    # all: pairs (1,1) (0,0) (1,0) (0,1) (0,0): 3 of 5 agree; p_o = 0.6, p_e = 0.4*0.4 + 0.6*0.6 = 0.52
+    assert got.loc["all replies", "n"] == 5 and got.loc["all replies", "agreement"] == pytest.approx(0.6)
+    assert got.loc["all replies", "kappa"] == pytest.approx((0.6 - 0.52) / (1 - 0.52))
+    # harmful requests: (1,1) (0,0) (1,0): p_o = 2/3, p_e = (2/3)(1/3) + (1/3)(2/3) = 4/9
+    assert got.loc["replies to harmful requests", "kappa"] == pytest.approx((2 / 3 - 4 / 9) / (1 - 4 / 9))
+    assert set(got["judge_b"]) == {"learned_harmful"}
+
+
 def test_null_control_rows_are_relabelled_and_come_out_null():
     """The null control's rows: one prompt (the reference frame's) under each frame label, sampled under
     other seeds per label (``null_seeds``); relabelled ``<model>:null`` with fresh ids; its declared tests
@@ -380,7 +483,10 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert (n["family"] == "null control (Holm over 9)").all()
     from statsmodels.stats.multitest import multipletests
     fam = t[t["family"] == "null control (Holm over 9)"]
-    assert fam["p_holm"].to_numpy() == pytest.approx(multipletests(fam["p"].fillna(1.0), method="holm")[1], nan_ok=True) or fam["p"].isna().any()
+    p_raw = fam["p"].to_numpy(dtype=float)   # the 3 harmful-compliance tests cannot be fitted (no events): p = 1 in Holm
+    assert np.isnan(p_raw).sum() == 3
+    want = np.where(np.isnan(p_raw), np.nan, multipletests(np.nan_to_num(p_raw, nan=1.0), method="holm")[1])
+    assert fam["p_holm"].to_numpy() == pytest.approx(want, nan_ok=True)
     assert not n["significant"].any() and not n["beyond_noise"].any()
     assert t["confirmatory"].sum() == 33  # the null control is not in the Holm family
     planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
@@ -403,3 +509,13 @@ def test_familiarity_on_the_public_text_against_its_unseen_rewording():
     assert got.loc["a", "familiarity_excess"] == 1.5 and got.loc["a", "familiar"]
     assert got.loc["b", "familiarity_excess"] == -1.0 and not got.loc["b", "familiar"]
     assert got.loc["b", "familiarity_bodies"] == -1.5
+    # the margin: the 0.95 quantile of {+-(A - B) sqrt(3)/2} = {+-0.866, 0, 0}, by numpy's interpolation
+    margin = np.quantile([np.sqrt(3) / 2, -np.sqrt(3) / 2, 0.0, 0.0], 0.95)
+    assert got.loc["a", "familiarity_margin"] == pytest.approx(margin) and margin == pytest.approx(0.736, abs=1e-3)
+    # an excess below the margin is not familiar: source at -2.9 against its reference -3.5 (excess 0.6)
+    lower = familiarity.per_item(scored.assign(min_k=scored["min_k"].where(scored["body"] != "sa", -2.9))).set_index("item_id")
+    assert lower.loc["a", "familiarity_excess"] == pytest.approx(0.6) and not lower.loc["a", "familiar"]
+    assert familiarity.per_item(scored, 0.5).set_index("item_id").loc["a", "familiarity_margin"] == 0.0
+    share = familiarity.familiar_share(got.reset_index())
+    assert share.to_dict("records") == [{"model": "m", "n_items": 2, "familiarity_margin": pytest.approx(margin),
+                                         "n_familiar": 1, "share_familiar": 0.5}]

@@ -586,33 +586,60 @@ def test_paraphrase_contrasts_by_hand():
         stats.paraphrase_contrasts(df, "item", "frame", "paraphrase", "y", [("E", "D")])
 
 
-def test_paraphrase_noise_test_margin_by_hand_and_clusters_widen_it():
+def test_paraphrase_noise_test_margin_on_magnitudes_by_hand_and_clusters_widen_it():
     rng = np.random.default_rng(3)
     f = 0.3 + rng.normal(0, 0.1, 30)
-    q = 0.05 + rng.normal(0, 0.1, 30)
+    q = rng.normal(0, 0.1, 30)
     t = stats.paraphrase_noise_test(f, q, [f"i{k}" for k in range(30)], 2000, 0)
-    assert t.margin == pytest.approx(abs(f.mean()) - abs(q.mean()))
+    assert t.margin == pytest.approx(np.abs(f).mean() - np.abs(q).mean()) and t.frame == pytest.approx(np.abs(f).mean())
     assert t.beyond and t.lo > 0 and t.pvalue < 0.001 and t.n_clusters == 30
+    # the bootstrap by hand: the same draws (seed 0) over items, the mean of |F_i| - |P_i| per draw
+    draws = np.random.default_rng(0).integers(0, 30, size=(2000, 30))
+    boot = (np.abs(f) - np.abs(q))[draws].mean(1)
+    assert (t.lo, t.hi) == pytest.approx(tuple(np.quantile(boot, [0.025, 0.975])))
     # the same 15 items twice: as 30 independent items the CI is too narrow; sharing a cluster id fixes it
     f2, q2 = np.tile(f[:15], 2), np.tile(q[:15], 2)
     naive = stats.paraphrase_noise_test(f2, q2, list(range(30)), 2000, 0)
     clustered = stats.paraphrase_noise_test(f2, q2, list(range(15)) * 2, 2000, 0)
     assert clustered.n_clusters == 15 and clustered.hi - clustered.lo > 1.3 * (naive.hi - naive.lo)
-    same = stats.paraphrase_noise_test(q + 0.25, q, list(range(30)), 2000, 0)  # equal sizes: |F| = |P| + 0.25 ...
-    equal = stats.paraphrase_noise_test(q, q, list(range(30)), 2000, 0)        # ... and exactly equal
-    assert same.beyond and not equal.beyond and equal.margin == 0
+    # swings of random sign: mean P is ~0 but each item moves by ~0.5 under rewording, more than the frame's 0.3
+    swing = rng.choice([-0.5, 0.5], 30)
+    assert abs(swing.mean()) < 0.2 and not stats.paraphrase_noise_test(f, swing, list(range(30)), 2000, 0).beyond
+    equal = stats.paraphrase_noise_test(q, -q, list(range(30)), 2000, 0)   # equal magnitudes
+    assert not equal.beyond and equal.margin == 0
 
 
-def test_noise_test_simulation_size_and_power():
-    """Measured size: with the frame effect equal to the paraphrase effect the test rejects at about
-    alpha = 0.05 (300 reps: binomial SD 0.013) and says beyond at most about alpha; measured power:
-    a +30 point frame effect against a 5 point paraphrase effect is called beyond nearly always."""
-    size = stats.simulate_noise_test(40, 0.2, 0.2, reps=300, n_boot=400, seed=1)
-    assert size["rate_reject"] <= 0.09 and size["rate_beyond"] <= 0.06
-    power = stats.simulate_noise_test(40, 0.3, 0.05, reps=300, n_boot=400, seed=2)
-    assert power["rate_beyond"] >= 0.95
-    reverse = stats.simulate_noise_test(40, 0.0, 0.2, reps=300, n_boot=400, seed=3)
-    assert reverse["rate_beyond"] == 0
+def test_noise_criterion_grid_size_power_and_the_issue_case():
+    """The criterion's size over the grid (frame effect 0..0.8 x random-sign swing SD 0..0.9) at the default
+    run's n (36 items, 3 decodes; 19 non-harmful): at most 5 % wherever the true frame effect is no larger
+    than the true mean |swing|; power rises with the frame effect; the issue's case (36 items x 7 decodes,
+    frame 0.30, swing SD 0.5: the old |mean| margin said beyond in 71-77 % of tables) is never beyond."""
+    for n in (36, 19):
+        g = stats.simulate_noise_grid(n, 3, reps=200, n_boot=300, seed=n, family_size=33)
+        assert len(g) == len(stats.FRAME_EFFECTS) * len(stats.SWING_SDS) and g["null"].sum() >= 40
+        assert g.loc[g["null"], "rate_beyond"].max() <= 0.05
+        flat = g[g["swing_sd"] == 0].set_index("frame_effect")
+        assert flat.loc[0.6, "rate_detect"] >= 0.9 and flat.loc[0.0, "rate_detect"] == 0
+        assert (g["rate_detect"] <= g["rate_beyond"]).all()
+    case = stats.simulate_noise_grid(36, 7, frame_effects=[0.30, 0.25], swing_sds=[0.5, 0.6], reps=200, seed=1)
+    assert case["null"].all() and case["rate_beyond"].max() <= 0.05
+    assert (case["mean_abs_dp"] > case["mean_abs_df"]).all()
+
+
+def test_noise_criterion_size_at_the_paper_roster_n():
+    """At the paper roster's 480 items x 7 decodes (the null cells nearest the boundary, where size is largest)."""
+    g = stats.simulate_noise_grid(480, 7, frame_effects=[0.0, 0.1, 0.2, 0.3], swing_sds=[0.0, 0.15, 0.3, 0.4],
+                                  reps=100, n_boot=200, seed=4)
+    assert g["null"].sum() >= 6 and g.loc[g["null"], "rate_beyond"].max() <= 0.05
+    assert g.set_index(["frame_effect", "swing_sd"]).loc[(0.2, 0.0), "rate_beyond"] == 1.0
+
+
+def test_min_detectable_and_swing_for_by_hand():
+    grid = pd.DataFrame({"frame_effect": [0.0, 0.2, 0.4, 0.0, 0.2, 0.4], "swing_sd": [0.0] * 3 + [0.3] * 3,
+                         "rate_detect": [0.0, 0.6, 1.0, 0.0, 0.1, 0.5], "mean_abs_dp": [0.2, 0.2, 0.2, 0.3, 0.3, 0.3]})
+    assert stats.min_detectable(grid, 0.0) == pytest.approx(0.2 + 0.2 * (0.8 - 0.6) / (1.0 - 0.6))   # 0.28
+    assert np.isnan(stats.min_detectable(grid, 0.3))
+    assert stats.swing_for(grid, 0.19) == 0.0 and stats.swing_for(grid, 0.25) == 0.3 and stats.swing_for(grid, 0.9) == 0.3
 
 
 def test_reversals_by_hand():

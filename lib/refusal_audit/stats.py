@@ -523,24 +523,16 @@ def holm_family(pvalues) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NoiseTest:
-    """Frame contrast against the matched paraphrase contrast (``paraphrase_noise_test``)."""
+    """Frame swings against paraphrase swings, on magnitudes (``paraphrase_noise_test``)."""
 
-    frame: float        # mean over items of the frame contrast Delta_F
-    paraphrase: float   # mean over items of the paraphrase contrast Delta_P
-    margin: float       # |frame| - |paraphrase|
+    frame: float        # mean over items of |Delta_F_i|
+    paraphrase: float   # mean over items of |Delta_P_i|
+    margin: float       # frame - paraphrase
     lo: float
     hi: float
     pvalue: float
     beyond: bool        # margin > 0 and p < alpha
     n_clusters: int
-
-
-def _noise_margins(f_sums, p_sums, counts, draws):
-    """|mean F| - |mean P| on the data (last axis: clusters) and on each row of cluster ``draws``."""
-    n = counts[draws].sum(-1)
-    boot = np.abs(f_sums[..., draws].sum(-1) / n) - np.abs(p_sums[..., draws].sum(-1) / n)
-    data = np.abs(f_sums.sum(-1) / counts.sum()) - np.abs(p_sums.sum(-1) / counts.sum())
-    return data, boot
 
 
 def _bootstrap_verdict(data, boot, alpha):
@@ -551,15 +543,16 @@ def _bootstrap_verdict(data, boot, alpha):
 
 def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, seed: int,
                           alpha: float = 0.05) -> NoiseTest:
-    """Is a frame contrast beyond paraphrase noise? (definition: ``studies/frames/DEFINITIONS.md``.)
+    """Does the frame move an item more than rewording it does? (``studies/frames/DEFINITIONS.md``.)
 
-    Per item, the frame contrast Delta_F (``frame_contrasts``) and the paraphrase contrast Delta_P of
-    the same frame pair (``paraphrase_contrasts``): same cells, same scale, same estimator. The
-    statistic is the margin M = |mean Delta_F| - |mean Delta_P| over items; its CI is the percentile
-    interval of M under the item-cluster bootstrap (``clusters``: items sharing a cluster are drawn
-    together; ONE set of draws for both means, so their correlation is kept), p the two-sided bootstrap
-    p of M = 0 (2 x the smaller tail share), and ``beyond`` = M > 0 and p < alpha (the CI lies above 0).
-    Items where either contrast is NaN are dropped."""
+    Per item, the frame contrast Delta_F_i (``frame_contrasts``) and the paraphrase contrast Delta_P_i of
+    the same frame pair (``paraphrase_contrasts``): the same four cells read along the two axes, so the
+    same scale, estimator and decode noise. The statistic is the margin on MAGNITUDES,
+    M = mean_i |Delta_F_i| - mean_i |Delta_P_i| (one estimator: the mean of the per-item differences);
+    its CI is the percentile interval under the item-cluster bootstrap (``clusters``: items sharing a
+    cluster are drawn together; one set of draws), p the two-sided bootstrap p of M = 0 (2 x the smaller
+    tail share) and ``beyond`` = M > 0 and p < alpha. Paraphrase swings of random sign, which cancel out of
+    mean Delta_P, count here at their size. Items where either contrast is NaN are dropped."""
     f = np.asarray(frame_delta, dtype=float)
     q = np.asarray(paraphrase_delta, dtype=float)
     c = pd.Series(np.asarray(clusters))
@@ -568,40 +561,89 @@ def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, 
         raise ValueError("paraphrase_noise_test: need at least two items with both contrasts")
     codes, _ = pd.factorize(c[ok])
     g = codes.max() + 1
-    f_sums = np.bincount(codes, f[ok], g)
-    p_sums = np.bincount(codes, q[ok], g)
+    d_sums = np.bincount(codes, np.abs(f[ok]) - np.abs(q[ok]), g)
     counts = np.bincount(codes, minlength=g).astype(float)
-    data, boot = _noise_margins(f_sums, p_sums, counts, _cluster_draws(g, n_boot, seed))
+    draws = _cluster_draws(g, n_boot, seed)
+    boot = d_sums[draws].sum(-1) / counts[draws].sum(-1)
+    data = d_sums.sum() / counts.sum()
     lo, hi, p, beyond = _bootstrap_verdict(data, boot, alpha)
-    return NoiseTest(float(f[ok].mean()), float(q[ok].mean()), float(data), float(lo), float(hi), float(p),
-                     bool(beyond), int(g))
+    return NoiseTest(float(np.abs(f[ok]).mean()), float(np.abs(q[ok]).mean()), float(data), float(lo), float(hi),
+                     float(p), bool(beyond), int(g))
 
 
-def simulate_noise_test(n_items: int, frame_effect: float, paraphrase_effect: float, reps: int = 300,
-                        n_boot: int = 400, n_decodes: int = 7, base: float = 0.3, item_sd: float = 0.1,
-                        item_paraphrase_sd: float = 0.1, seed: int = 0, alpha: float = 0.05) -> dict:
-    """Size and power of ``paraphrase_noise_test`` on simulated clustered data, vectorised over
-    ``reps`` replicates: per item a base refusal probability base + N(0, item_sd), a per-item
-    paraphrase deviation N(0, item_paraphrase_sd) of random sign, the planted ``paraphrase_effect``
-    (A above B) and ``frame_effect`` (f1 above f2); each of the 4 cells (f1, f2 x A, B) is the mean
-    of ``n_decodes`` Bernoulli draws. Returns the share of replicates that say beyond
-    (``rate_beyond``), that reject M = 0 in either direction (``rate_reject``), and the mean margin."""
+# the simulation grid of the noise criterion (DEFINITIONS.md): frame effects and random-sign paraphrase
+# swing SDs, in probability points
+FRAME_EFFECTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
+SWING_SDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9)
+
+
+def simulate_noise_grid(n_items: int, n_decodes: int, frame_effects=FRAME_EFFECTS, swing_sds=SWING_SDS,
+                        reps: int = 300, n_boot: int = 400, seed: int = 0, alpha: float = 0.05,
+                        family_size: int = 1, base: float = 0.5, item_sd: float = 0.1) -> pd.DataFrame:
+    """Size and power of ``paraphrase_noise_test`` over a grid of (frame effect, paraphrase swing SD),
+    vectorised over cells x ``reps`` replicates. Per item: a base probability base + N(0, item_sd); a
+    paraphrase swing s_i ~ N(0, swing_sd), random in sign (A gets +s_i/2, B -s_i/2); the frame effect
+    (f1 +effect/2, f2 -effect/2); probabilities clipped to [0, 1]; each of the four cells is the mean of
+    ``n_decodes`` Bernoulli draws. One item-bootstrap draw matrix (``n_boot`` x items) serves every
+    replicate. Per cell: the TRUE mean |frame| and |swing| per item (from the clipped probabilities), the
+    observed mean |Delta_F_i| and |Delta_P_i|, ``null`` = true frame <= true swing, ``rate_beyond``
+    (the criterion's verdict) and ``rate_detect`` = beyond AND the item-level t test of mean Delta_F at
+    alpha / ``family_size`` (Holm's strictest step), the two a contrast needs to be claimed."""
+    from scipy import stats as st
+
     rng = np.random.default_rng(seed)
-    item = base + rng.normal(0, item_sd, (reps, n_items))
-    dev = rng.normal(0, item_paraphrase_sd, (reps, n_items))
-    cells = {}
-    for fr, fshift in (("f1", frame_effect / 2), ("f2", -frame_effect / 2)):
-        for pr, pshift in (("A", 1), ("B", -1)):
-            prob = np.clip(item + fshift + pshift * (paraphrase_effect / 2 + dev / 2), 0, 1)
-            cells[fr, pr] = rng.binomial(n_decodes, prob) / n_decodes
-    f = ((cells["f1", "A"] - cells["f2", "A"]) + (cells["f1", "B"] - cells["f2", "B"])) / 2
-    q = ((cells["f1", "A"] - cells["f1", "B"]) + (cells["f2", "A"] - cells["f2", "B"])) / 2
+    fe, sd = np.meshgrid(np.asarray(frame_effects, float), np.asarray(swing_sds, float), indexing="ij")
+    fe, sd = fe.ravel()[:, None, None], sd.ravel()[:, None, None]
+    shape = (fe.shape[0], reps, n_items)
+    item = base + rng.normal(0, item_sd, shape)
+    swing = sd * rng.standard_normal(shape)
+    prob = {(a, b): np.clip(item + a * fe / 2 + b * swing / 2, 0, 1) for a in (1, -1) for b in (1, -1)}
+    y = {k: rng.binomial(n_decodes, v) / n_decodes for k, v in prob.items()}
+
+    def axes(c):  # (frame contrast, paraphrase contrast) of four cells
+        return ((c[1, 1] - c[-1, 1] + c[1, -1] - c[-1, -1]) / 2, (c[1, 1] - c[1, -1] + c[-1, 1] - c[-1, -1]) / 2)
+
+    true_f, true_p = axes(prob)
+    obs_f, obs_p = axes(y)
+    d = (np.abs(obs_f) - np.abs(obs_p)).reshape(-1, n_items)
     draws = np.random.default_rng(seed + 1).integers(0, n_items, size=(n_boot, n_items))
-    data, boot = _noise_margins(f, q, np.ones(n_items), draws)
-    _, _, p, beyond = _bootstrap_verdict(data, boot, alpha)
-    return {"n_items": n_items, "frame_effect": frame_effect, "paraphrase_effect": paraphrase_effect, "reps": reps,
-            "rate_beyond": float(beyond.mean()), "rate_reject": float((p < alpha).mean()),
-            "mean_margin": float(data.mean())}
+    weights = np.zeros((n_boot, n_items))
+    np.add.at(weights, (np.repeat(np.arange(n_boot), n_items), draws.ravel()), 1.0 / n_items)
+    boot = d @ weights.T
+    _, _, _, beyond = _bootstrap_verdict(d.mean(-1), boot, alpha)
+    beyond = beyond.reshape(shape[:2])
+    sd_f = obs_f.std(-1, ddof=1)
+    t = np.divide(obs_f.mean(-1) * np.sqrt(n_items), sd_f, out=np.zeros_like(sd_f), where=sd_f > 0)
+    significant = 2 * st.t.sf(np.abs(t), n_items - 1) < alpha / family_size
+    out = pd.DataFrame({"n_items": n_items, "n_decodes": n_decodes, "frame_effect": fe.ravel(), "swing_sd": sd.ravel(),
+                        "true_abs_frame": np.abs(true_f).mean((1, 2)), "true_abs_swing": np.abs(true_p).mean((1, 2)),
+                        "mean_abs_df": np.abs(obs_f).mean((1, 2)), "mean_abs_dp": np.abs(obs_p).mean((1, 2)),
+                        "rate_beyond": beyond.mean(1), "rate_detect": (beyond & significant).mean(1),
+                        "family_size": family_size, "reps": reps, "n_boot": n_boot})
+    out["null"] = out["true_abs_frame"] <= out["true_abs_swing"]
+    return out
+
+
+def swing_for(grid: pd.DataFrame, mean_abs_dp: float) -> float:
+    """The smallest swing SD of ``grid`` whose simulated mean |Delta_P_i| under no frame effect reaches the
+    observed ``mean_abs_dp`` (decode noise included on both sides); the largest SD when none does."""
+    zero = grid[grid["frame_effect"] == grid["frame_effect"].min()].sort_values("swing_sd")
+    reach = zero[zero["mean_abs_dp"] >= mean_abs_dp]
+    return float(reach["swing_sd"].iloc[0] if len(reach) else zero["swing_sd"].iloc[-1])
+
+
+def min_detectable(grid: pd.DataFrame, swing_sd: float, power: float = 0.8, rate: str = "rate_detect") -> float:
+    """The smallest frame effect at which ``rate`` reaches ``power`` in the grid's column ``swing_sd``,
+    linearly interpolated between grid points; NaN when no effect of the grid reaches it."""
+    col = grid[np.isclose(grid["swing_sd"], swing_sd)].sort_values("frame_effect")
+    x, r = col["frame_effect"].to_numpy(), col[rate].to_numpy()
+    above = np.flatnonzero(r >= power)
+    if not len(above):
+        return float("nan")
+    k = above[0]
+    if k == 0 or r[k] == r[k - 1]:
+        return float(x[k])
+    return float(x[k - 1] + (power - r[k - 1]) * (x[k] - x[k - 1]) / (r[k] - r[k - 1]))
 
 
 def reversals(item_delta: pd.DataFrame, by: Sequence[str], delta: str = "delta", pa: str = "delta_a",

@@ -89,6 +89,9 @@ class Params:
     max_new_tokens: int = 32
     second_judge: str = "keyword"      # judge sensitivity: keyword | learned_refusal_soft (a refusal judge)
     min_k: float = 0.2                 # Min-K% Prob's k
+    # familiar = source Min-K% above its unseen rewordings' by more than this quantile of the null reference
+    # distribution (familiarity.per_item; DEFINITIONS.md), in [0.5, 1)
+    familiarity_quantile: float = 0.95
     noise_quantile: float = 0.95
     similarity_thresholds: list[float] = field(default_factory=lambda: [0.0, 0.8, 0.85, 0.9])
     paraphraser: str | None = None     # hook: a capable model under models rewrites the bodies (GPU only)
@@ -161,6 +164,9 @@ def check(p, where: str) -> None:
     need(p.judges.learned, where, "judges.learned", "true (the outcome judge is built on the learned heads)",
          p.judges.learned)
     need(0 < fr.min_k <= 1, where, "frames.min_k", "a number in (0, 1]", fr.min_k)
+    need(0.5 <= fr.familiarity_quantile < 1, where, "frames.familiarity_quantile",
+         "a number in [0.5, 1) (the quantile of the null reference distribution that sets the familiarity margin)",
+         fr.familiarity_quantile)
     need(0 < fr.noise_quantile < 1, where, "frames.noise_quantile", "a number in (0, 1)", fr.noise_quantile)
     need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
          "null or a model named under models", fr.paraphraser)
@@ -174,7 +180,7 @@ def judge_kinds(fr: Params) -> dict[str, str]:
 
 def check_confirmatory(fr: Params, where: str) -> None:
     """The declared family and the settings of its tests (one clear error, before any generation)."""
-    from .analysis import EMITS, SUBSETS, declared_family
+    from .analysis import EMITS, HARMFUL_STRATA, SUBSETS, declared_family
 
     need(fr.reference_frame in fr.frames, where, "frames.reference_frame", f"one of the frames {sorted(fr.frames)}",
          fr.reference_frame)
@@ -206,6 +212,9 @@ def check_confirmatory(fr: Params, where: str) -> None:
              f"models of frames.models or null controls {analysed_models(fr)}", m)
     for sub in c.subsets:
         need(sub in SUBSETS, where, "frames.confirmatory.subsets", f"subsets among {sorted(SUBSETS)}", sub)
+        need(sub != "non_harmful" or not set(fr.data.strata) <= set(HARMFUL_STRATA), where, "frames.confirmatory.subsets",
+             f"subsets with items: non_harmful holds no item when frames.data.strata is {fr.data.strata} "
+             "(add borderline or benign, or drop non_harmful)", sub)
     need(len(declared_family(fr, kinds)) > 0, where, "frames.confirmatory",
          "a family with at least one test (judges x outcomes x subsets x (models x contrasts + interactions + base_of))",
          {"judges": c.judges, "outcomes": c.outcomes, "contrasts": c.contrasts, "models": c.models, "subsets": c.subsets})
@@ -404,7 +413,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
             nulls.append((f, executor.generate(p, models, m, rows, lambda r: full, shards, g, carry=CARRY)))
     fam = pd.concat(fam, ignore_index=True)
     store.write_atomic(fam, folder / "familiarity.parquet")
-    per_item = familiarity.per_item(fam)
+    per_item = familiarity.per_item(fam, fr.familiarity_quantile)
     extra = prompts[["prompt_id", "model", "body", "request"]].drop_duplicates(["prompt_id", "model"])
 
     def complete(out):
@@ -492,7 +501,9 @@ def reporting(p) -> dict[str, str]:
                       "<= 2/3 < hard; each stratum's items drawn one tier at a time from the calibrated candidates. "
                       "Familiarity: Min-K% Prob (k = {:.0%}) of the model's own token log-probabilities over the "
                       "item's public source text, against a reference, the same score on its two paraphrased "
-                      "requests (unseen text): familiar = above the reference.".format(fr.min_k),
+                      "requests (unseen text): familiar = above the reference by more than the {:.0%} quantile of "
+                      "its null distribution (+-(A - B) sqrt(3)/2 over the model's items; stats/frames/"
+                      "familiarity_share.csv gives the share called familiar).".format(fr.min_k, fr.familiarity_quantile),
         "seed_floor": "Nothing is trained in this study's run. Sampled decodes (T = 0.4, 0.8) use seeds "
                       f"{fr.seeds}; each row's generator is seeded by (prompt, decoding), so a rerun gives the same "
                       "replies. The floor against which a frame contrast is read is the matched paraphrase contrast "
@@ -516,6 +527,14 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     f"{len(null)} tests significant after Holm ("
                     + ("rejected, as it must be)." if not (null["p_holm"] < alpha).any() else "NOT rejected).")
                     )
+    mde = fam["mde_80"].dropna() if "mde_80" in fam else pd.Series(dtype=float)
+    if len(mde) and not ((fam["p_holm"] < alpha) & fam["beyond_noise"].fillna(False).astype(bool)).all():
+        head.append(f"What this run could have seen: its frame-pair tests had 80 % power (beyond paraphrase noise and "
+                    f"significant at Holm's strictest step; simulated at their own item count, decodes and paraphrase "
+                    f"swing) only for frame effects of {mde.min():.2f} to {mde.max():.2f} ({100 * mde.min():.0f} to "
+                    f"{100 * mde.max():.0f} points) or more (`mde_80` in stats/frames/confirmatory.csv)."
+                    + (f" {int(fam['mde_80'].isna().sum() - fam['mde_swing_sd'].isna().sum())} tests had 80 % power for"
+                       " no effect of the grid." if (fam["mde_80"].isna() & fam["mde_swing_sd"].notna()).any() else ""))
     tested = pd.concat([fam, null])
     said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok")]
     rest = len(tested) - len(said)
@@ -545,17 +564,31 @@ def summary(p, stage: str, table) -> list:
 
         c, conf = table["contrasts"], table["confirmatory"]
         shown = ["outcome", "subset", "model", "contrast", "family", "delta", "scale", "estimate", "ci_lo", "ci_hi", "p",
-                 "p_holm", "significant", "noise_margin", "beyond_noise", "status"]
+                 "p_holm", "significant", "noise_margin", "beyond_noise", "mde_80", "status"]
         return [flag, "Frame contrasts (mean Delta over items, cluster-bootstrap 95 % CI):", c[c["subset"] == "all"].round(3),
                 f"Confirmatory table (`stats/frames/confirmatory.csv`; {fr.cov_type} SEs; definitions in "
                 "`studies/frames/DEFINITIONS.md`):", conf[conf["confirmatory"]][shown].round(4),
                 "Reversals (items against the model's overall sign; items whose sign differs between paraphrases):",
-                table["reversals"], "The paraphrase-noise test's measured size and power at this run's item count:",
-                table["noise_simulation"].round(3), "**Verdicts** (confirmatory family):",
+                table["reversals"], "The noise criterion's simulated size (largest share called beyond where the true frame effect is "
+                "no larger than the true paraphrase swing) and power (beyond noise and significant at Holm's strictest "
+                "step; rows: frame effect, columns: swing SD) at this run's item counts (`stats/frames/noise_simulation.csv`):",
+                *noise_power(table["noise_simulation"]), "**Verdicts** (confirmatory family):",
                 "\n".join(f"- {v}" for v in verdicts(conf, p.stats.alpha))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+def noise_power(grid: pd.DataFrame):
+    """Notebook 05's view of the noise simulation: per item count, the size over the null cells, then the
+    power (``rate_detect``) by frame effect x swing SD."""
+    if not len(grid):
+        return ["no frame-pair test had a noise test"]
+    out = []
+    for n, g in grid.groupby("n_items"):
+        out.append(f"{n} items: size {g.loc[g['null'], 'rate_beyond'].max():.3f} over {int(g['null'].sum())} null cells")
+        out.append(g.pivot_table(index="frame_effect", columns="swing_sd", values="rate_detect").round(2))
+    return out
 
 
 # --- make plan -----------------------------------------------------------------------------------------

@@ -248,11 +248,14 @@ def interaction_models(fr) -> list[str]:
 def _wald_row(g: pd.DataFrame, ref_frame: str, reference_model: str, other: str, cov_type: str,
               below: int) -> dict:
     """Joint Wald test that ``other``'s frame effects equal ``reference_model``'s (pooled fit of the two,
-    item clusters): chi2 on (frames - 1) df, or F(q, G - 1) with the t-reference rule."""
+    item clusters, with the primary model's covariates: the familiarity C~, centred within each model, and
+    its frame interaction): chi2 on (frames - 1) df, or F(q, G - 1) with the t-reference rule."""
     g = g[g["model"].isin([reference_model, other])]
     if g["model"].nunique() < 2:
         return {"status": "no fit: a model has no rows"}
-    formula = (f"y ~ C(frame, Treatment('{ref_frame}')) * C(model, Treatment('{reference_model}')) + C(paraphrase)")
+    g = pd.concat([x.assign(c=stats.mean_centre(x, "familiarity", cluster="item_id")) for _, x in g.groupby("model")])
+    frame = f"C(frame, Treatment('{ref_frame}'))"
+    formula = f"y ~ {frame} * C(model, Treatment('{reference_model}')) + C(paraphrase) + c + {frame}:c"
     res, scale = _fit(g, formula, cov_type)
     if res is None:
         return {"status": scale}
@@ -295,7 +298,8 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                         row["status"] = scale
                     if it["delta_p"].notna().sum() >= 2:
                         t = stats.paraphrase_noise_test(it["delta"], it["delta_p"], it["cluster"], s.n_bootstrap, p.seed, s.alpha)
-                        row.update(noise_margin=t.margin, noise_lo=t.lo, noise_hi=t.hi, noise_p=t.pvalue, beyond_noise=t.beyond)
+                        row.update(mean_abs_delta=t.frame, mean_abs_paraphrase=t.paraphrase, noise_margin=t.margin,
+                                   noise_lo=t.lo, noise_hi=t.hi, noise_p=t.pvalue, beyond_noise=t.beyond)
                     rows.append(row)
                     if len(it):
                         rev.append(stats.reversals(it.assign(**base), list(base)))
@@ -329,16 +333,54 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                                np.where(null, f"null control (Holm over {int(null.sum())})", "exploratory (uncorrected)"))
     table["significant"] = np.where(conf | null, table["p_holm"] < s.alpha, table["p"] < s.alpha)
     table["beyond_noise"] = table["beyond_noise"].astype("boolean")
+    table, sim = detectable(p, table, conf | null, int(conf.sum()))
     order = keys + ["family", "scale", "estimate", "se", "ci_lo", "ci_hi", "dist", "df", "p", "p_holm", "significant", "delta",
-                    "paraphrase_delta", "noise_margin", "noise_lo", "noise_hi", "noise_p", "beyond_noise", "n_items",
-                    "n_clusters", "stat", "status", "confirmatory"]
+                    "paraphrase_delta", "mean_abs_delta", "mean_abs_paraphrase", "noise_margin", "noise_lo", "noise_hi",
+                    "noise_p", "beyond_noise", "mde_80", "mde_swing_sd", "n_items", "n_clusters", "stat", "status",
+                    "confirmatory"]
     table = table[[c for c in order if c in table] + [c for c in table if c not in order]]
     table = table.sort_values(["confirmatory", *keys], ascending=[False, True, True, True, True, True], ignore_index=True)
-    n_items = int(d["item_id"].nunique())
-    sim = pd.DataFrame([stats.simulate_noise_test(max(n_items, 2), fe, pe, reps=300, n_boot=400, seed=p.seed, alpha=s.alpha)
-                        for fe, pe in ((0.2, 0.2), (0.0, 0.0), (0.25, 0.0), (0.3, 0.05), (0.0, 0.2))])
     return {"confirmatory": table, "reversals": pd.concat(rev, ignore_index=True) if rev else pd.DataFrame(),
             "noise_simulation": sim}
+
+
+def n_decodes(fr) -> int:
+    """Replies per cell (item, frame, paraphrase): the decoding grid's size."""
+    from ... import generation
+
+    return len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
+
+
+def detectable(p, table: pd.DataFrame, tested: pd.Series, family_size: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The noise criterion's simulation grid (``stats.simulate_noise_grid``) at each item count of the
+    tested frame-pair rows (this run's n, decodes and family size), and per such row ``mde_80``: the
+    smallest frame effect (probability points) that the design calls beyond noise AND significant at
+    Holm's strictest step with 80 % power, at the row's paraphrase swing (``mde_swing_sd``: the grid's
+    swing SD whose simulated mean |Delta_P_i| reaches the row's observed one). Returns (table, grid)."""
+    fr, s = p.studies[NAME], p.stats
+    rows = tested & table["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & table["mean_abs_paraphrase"].notna() \
+        if "mean_abs_paraphrase" in table else tested & False
+    table = table.assign(mde_80=np.nan, mde_swing_sd=np.nan)
+    grids = {}
+    for n in sorted(set(table.loc[rows, "n_items"].astype(int))):
+        grids[n] = stats.simulate_noise_grid(n, n_decodes(fr), seed=p.seed, alpha=s.alpha, family_size=max(family_size, 1))
+    for i in table.index[rows]:
+        grid = grids[int(table.at[i, "n_items"])]
+        sd = stats.swing_for(grid, table.at[i, "mean_abs_paraphrase"])
+        table.loc[i, ["mde_swing_sd", "mde_80"]] = sd, stats.min_detectable(grid, sd)
+    sim = pd.concat(grids.values(), ignore_index=True) if grids else pd.DataFrame()
+    return table, sim
+
+
+def _could_see(r) -> str:
+    """What a test that found nothing could have found (``mde_80``)."""
+    if pd.isna(r.get("mde_swing_sd")):
+        return ""
+    where = f"{int(r['n_items'])} items, paraphrase swing SD {r['mde_swing_sd']:.2f}"
+    if pd.isna(r["mde_80"]):
+        return f"; this design ({where}) had 80 % power for no frame effect up to {max(stats.FRAME_EFFECTS):.2f}"
+    return (f"; this design ({where}) had 80 % power only for a frame effect of {r['mde_80']:.2f} "
+            f"({100 * r['mde_80']:.0f} points) or more")
 
 
 def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
@@ -355,8 +397,10 @@ def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
         if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
             noise = ("beyond paraphrase noise" if bool(r["beyond_noise"]) else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
+            found = r["p_holm"] < alpha and pd.notna(r["beyond_noise"]) and bool(r["beyond_noise"])
             out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), {r['scale']} {r['estimate']:+.2f} "
-                       f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}.")
+                       f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}"
+                       f"{'' if found else _could_see(r)}.")
         else:
             out.append(head + f"{r['dist']} = {r['stat']:.2f}, p = {r['p']:.3g}, {holm}: {sig}.")
     return out
@@ -420,16 +464,19 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         thresholds.append(c.assign(threshold=t) if len(c) else pd.DataFrame(
             [{"threshold": t, "subset": f"sim>={t}", "n_items": 0}]))
     con_all = pd.concat([con] + [e for e in extra if len(e)], ignore_index=True)
-    # judge sensitivity: the refusal contrasts under the two judges side by side, and their agreement
-    ref_c = con[con["outcome"] == "refusal"].pivot_table(index=["model", "contrast"], columns="judge",
-                                                          values="delta").reset_index()
-    agree = judges.agreement(judgments[judgments["kind"] != "harmful"])
+    # judge sensitivity: the refusal contrasts under the outcome and second judges, the harmful-compliance
+    # contrasts under the outcome and harm judges, side by side; and each pair's agreement
+    ref_c = con[con["outcome"].isin(["refusal", "harmful_compliance"])].rename(columns={"outcome": "measure"}).pivot_table(
+        index=["measure", "model", "contrast"], columns="judge", values="delta").rename_axis(columns=None).reset_index()
+    agree = pd.concat([judges.agreement(judgments[judgments["kind"] != "harmful"]).assign(outcome="refusal"),
+                       harm_agreement(d)], ignore_index=True)
     tiers = generations.drop_duplicates("item_id")[["item_id", "role", "tier"]].rename(columns={"role": "stratum"})
-    fam_cols = [c for c in ("familiarity_reference", "familiarity_excess", "familiar", "familiarity_bodies") if c in generations]
+    fam_cols = [c for c in ("familiarity_reference", "familiarity_excess", "familiarity_margin", "familiar",
+                            "familiarity_bodies") if c in generations]
     fam_table = (fam.rename("familiarity_min_k").reset_index()
                  .merge(generations.drop_duplicates(["model", "item_id"])[["model", "item_id", *fam_cols]],
                         on=["model", "item_id"], how="left").merge(tiers, on="item_id"))
-    from .familiarity import lexical_overlap
+    from .familiarity import familiar_share, lexical_overlap
     fam_table = fam_table.merge(lexical_overlap(items, training_pools(p, fr.models)), on="item_id", how="left")
     rates = stats.rate_table(d.dropna(subset=["y"]).assign(y=lambda x: x["y"].astype(bool)),
                              ["judge", "outcome", "model", "frame"], "y", s.alpha)
@@ -446,4 +493,24 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         "judge_sensitivity": ref_c if len(ref_c) else pd.DataFrame([{"note": "no refusal contrasts"}]),
         "judge_agreement": agree if len(agree) else pd.DataFrame([{"note": "one judge"}]),
         "familiarity": fam_table,
+        **({"familiarity_share": familiar_share(fam_table)} if "familiar" in fam_table and "familiarity_margin" in fam_table
+           else {}),
     }
+
+
+def harm_agreement(d: pd.DataFrame) -> pd.DataFrame:
+    """The outcome judge's harmful compliance against the learned harm judge's verdict, on the replies both
+    can score: all of them, and those to harmful requests (the outcome judge's harmful compliance is 0 on the
+    others by definition). Raw agreement and Cohen's kappa (``stats.cohen_kappa``)."""
+    h = d[(d["outcome"] == "harmful_compliance")].pivot_table(index=["generation_id", "harmful_request"],
+                                                               columns="judge", values="y").reset_index()
+    names = [j for j in h.columns if j not in ("generation_id", "harmful_request")]
+    rows = []
+    if MAIN_JUDGE in names:
+        for other in [j for j in names if j != MAIN_JUDGE]:
+            for on, g in (("all replies", h), ("replies to harmful requests", h[h["harmful_request"]])):
+                both = g[[MAIN_JUDGE, other]].dropna().astype(bool)
+                rows.append({"judge_a": MAIN_JUDGE, "judge_b": other, "outcome": "harmful_compliance", "on": on,
+                             "n": len(both), "agreement": float((both[MAIN_JUDGE] == both[other]).mean()) if len(both) else np.nan,
+                             "kappa": stats.cohen_kappa(both[MAIN_JUDGE], both[other]) if len(both) else np.nan})
+    return pd.DataFrame(rows, columns=["judge_a", "judge_b", "outcome", "on", "n", "agreement", "kappa"])

@@ -173,5 +173,29 @@ def main(argv=None) -> None:
     print(table.round(3).to_string(), f"\n[{time.time() - t0:.0f} s] done", flush=True)
 
 
+PREREGISTERED = ROOT / "params" / "frames_control.yaml"
+PREREGISTERED_RESULT = OUT / "preregistered_run.csv"
+
+
+def preregistered_rows(confirmatory: pd.DataFrame, params_file=PREREGISTERED) -> pd.DataFrame:
+    """The pre-registered run's declared tests (its confirmatory and null-control families, aggregates only)
+    with the sha256 of the params file they were run under (``DEFINITIONS.md``)."""
+    import hashlib
+
+    rows = confirmatory[confirmatory["family"].str.startswith(("confirmatory", "null control"))]
+    cols = ["model", "contrast", "family", "scale", "estimate", "ci_lo", "ci_hi", "p", "p_holm", "delta", "mean_abs_delta",
+            "mean_abs_paraphrase", "noise_margin", "noise_lo", "noise_hi", "beyond_noise", "mde_80", "n_items", "status"]
+    return rows[cols].assign(params_sha256=hashlib.sha256(open(params_file, "rb").read()).hexdigest())
+
+
+def preregistered_verdict(rows: pd.DataFrame, alpha: float) -> tuple[bool, bool]:
+    """(control recovered: every confirmatory test significant after Holm and beyond noise, null control clean:
+    no null-control test significant after Holm or beyond noise)."""
+    conf, null = rows[rows["family"].str.startswith("confirmatory")], rows[rows["family"].str.startswith("null control")]
+    found = lambda r: (r["p_holm"] < alpha) & r["beyond_noise"].astype(bool)  # noqa: E731
+    return (bool(len(conf)) and bool(found(conf).all()),
+            bool(len(null)) and not ((null["p_holm"] < alpha) | null["beyond_noise"].astype(bool)).any())
+
+
 if __name__ == "__main__":
     main()

@@ -7,7 +7,8 @@ log-probability (tokens after the first; the text alone, no chat template). High
 (the paper's detector calls a text seen when MinK is above a threshold). Per item (``per_item``): the
 score of the PUBLIC source text (the benchmark's wording, which pretraining may have seen), read
 against a reference, the same score on the item's two paraphrased requests (written for this project,
-so unseen): "familiar" = source above its reference; the bodies' score is kept beside it. The lexical half (overlap with the project's training pools) comes from
+so unseen): "familiar" = source above its reference by more than a margin from the null reference
+distribution (``per_item``); the bodies' score is kept beside it. The lexical half (overlap with the project's training pools) comes from
 ``contamination.audit_pool``.
 """
 from __future__ import annotations
@@ -73,18 +74,34 @@ def texts(items: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def per_item(scored: pd.DataFrame) -> pd.DataFrame:
+def per_item(scored: pd.DataFrame, quantile: float = 0.95) -> pd.DataFrame:
     """Per model and item, from ``scores`` over the bodies (paraphrase A, B) and ``texts``:
     ``familiarity`` = Min-K% of the public source text (the covariate C_i), ``familiarity_reference`` =
     the mean over the two paraphrased requests (text the model cannot have seen), ``familiarity_excess``
-    = their difference, ``familiar`` = excess > 0 (the source is more familiar than its unseen
-    rewording), and ``familiarity_bodies`` = the mean over the two paraphrase bodies (kept beside)."""
+    = their difference, and ``familiarity_bodies`` = the mean over the two paraphrase bodies (kept beside).
+
+    ``familiar`` = excess > ``familiarity_margin``, the ``quantile`` of the excess's null distribution per
+    model: if the source were as unseen as its rewordings, excess = S - (A + B)/2 would be distributed as
+    (A - B) sqrt(3)/2 (same variance, 3/2 of one text's, centred at 0), so the reference distribution is
+    {+-(A_i - B_i) sqrt(3)/2} over the model's items (symmetrised) and the margin its ``quantile``."""
+    if not 0.5 <= quantile < 1:
+        raise ValueError(f"familiarity.per_item: quantile must be in [0.5, 1), got {quantile}")
     w = scored.pivot_table(index=["model", "item_id"], columns="paraphrase", values="min_k", aggfunc="mean")
     out = pd.DataFrame({"familiarity": w["source"], "familiarity_reference": w[["request_A", "request_B"]].mean(axis=1),
                         "familiarity_bodies": w[["A", "B"]].mean(axis=1)})
     out["familiarity_excess"] = out["familiarity"] - out["familiarity_reference"]
-    out["familiar"] = out["familiarity_excess"] > 0
+    null = (w["request_A"] - w["request_B"]) * np.sqrt(3) / 2
+    margin = null.groupby(level="model").apply(lambda x: float(np.quantile(np.r_[x.dropna(), -x.dropna()], quantile)))
+    out["familiarity_margin"] = out.index.get_level_values("model").map(margin).to_numpy()
+    out["familiar"] = out["familiarity_excess"] > out["familiarity_margin"]
     return out.reset_index()
+
+
+def familiar_share(per_items: pd.DataFrame) -> pd.DataFrame:
+    """Per model: items, the margin and the share of items called familiar (``per_item``)."""
+    g = per_items.groupby("model")
+    return pd.DataFrame({"n_items": g.size(), "familiarity_margin": g["familiarity_margin"].first(),
+                         "n_familiar": g["familiar"].sum(), "share_familiar": g["familiar"].mean()}).reset_index()
 
 
 def lexical_overlap(items: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
