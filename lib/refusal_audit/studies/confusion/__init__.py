@@ -79,6 +79,7 @@ class MetricParams:  # metrics.ConfusionParams (theta = gates.tau) plus the sign
     depth_method: str = "share"
     depth_k: int = 5
     layer: int = -1
+    cover: int = 30  # the signal pass: pairs of each prompt with its `cover` nearest that may share its meaning
 
 
 @dataclass
@@ -135,7 +136,7 @@ def check(p, where: str) -> None:
         need(n >= 1, where, f"confusion.data.clusters.{name}", "an integer >= 1", n)
     need(d.k >= 1, where, "confusion.data.k", "an integer >= 1 (paraphrases per intent)", d.k)
     g = c.gates
-    need(-1 <= g.tau < 1, where, "confusion.gates.tau", "a cosine in [-1, 1) (also the metrics' theta)", g.tau)
+    need(0 < g.tau < 1, where, "confusion.gates.tau", "a cosine in (0, 1) (also the metrics' theta)", g.tau)
     need(0 <= g.delta <= 1, where, "confusion.gates.delta", "a Jaccard distance in [0, 1]", g.delta)
     need(0 < g.safety_threshold < 1, where, "confusion.gates.safety_threshold", "a probability in (0, 1)",
          g.safety_threshold)
@@ -147,6 +148,9 @@ def check(p, where: str) -> None:
     except ValueError as e:
         key = str(e).split()[0]
         raise ParamsError(f"{where}: confusion.metrics.{key}: {e}") from None
+    need(isinstance(c.metrics.cover, int) and c.metrics.cover >= c.metrics.k, where, "confusion.metrics.cover",
+         f"an integer >= confusion.metrics.k ({c.metrics.k}): the signal pass must be able to cover N_k(r)",
+         c.metrics.cover)
     need(c.max_new_tokens >= 1, where, "confusion.max_new_tokens", "an integer >= 1", c.max_new_tokens)
     need(c.signal_batch >= 1, where, "confusion.signal_batch", "an integer >= 1", c.signal_batch)
     if c.paraphraser is not None:
@@ -332,8 +336,9 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
         starts, stops = rows["user_start"].astype(int).tolist(), rows["user_stop"].astype(int).tolist()
         span = [s.select(a, b) for s, a, b in zip(sigs, starts, stops)]
         keys = [pairs.prompt_key(name, c.metrics.layer, x, a, b) for x, a, b in zip(ids, starts, stops)]
-        same = neighbours.same_meaning_pairs(neighbours.Similarity(embeddings=embed(rows["query"].tolist())),
-                                             rows["cluster"].to_numpy(), cp.theta, "corpus")  # both scopes
+        labels = rows["role"].where(rows["role"].isin(neighbours.LABELS), "").to_numpy(dtype=object)
+        same = neighbours.signal_pairs(neighbours.Similarity(embeddings=embed(rows["query"].tolist())),
+                                       rows["cluster"].to_numpy(), cp.theta, c.metrics.cover, labels)
         nested = pairs.nest(pairs.compute(keys, span, same, cp.alignment, cp.shift, pairs_path(p))[0])
         out[name] = pd.DataFrame({"prompt_id": rows["prompt_id"], "signal_key": keys,
                                   "log_ppl": [s.log_perplexity for s in span],
