@@ -419,9 +419,14 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             tag = " (TESTBED)" if r.model in p.models and p.models[r.model].testbed else ""
             cr = (f"{r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}]"
                   if pd.notna(r.confusion_rate) else "not defined (no rejection)")
+            extra = ""
+            if "n_cross_confused" in v:
+                extra = (f" {int(r.n_cross_confused)} of {int(r.n_rejected)} rejections have an event from another "
+                         f"cluster; the label rule removed {int(r.n_events_removed)} cross-label events; "
+                         f"{int(r.n_uncovered)} N_k pairs lacked signals.")
             out.append(f"confusion, {r.model}{tag}, {r.judge}: FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole).")
+                       f"{r.clusters_all_rejected} rejected whole)." + extra)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
         out.append(f"confusion: {int(pairs['disagree'].sum())} of {len(pairs)} pairs of model/judge arms are ordered "
@@ -438,7 +443,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
-    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or cosine >= tau {c.gates.tau}; "
+    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, cosine > tau {c.gates.tau}; "
             f"k {c.metrics.k}, scope "
             f"{c.metrics.scope}; gates tau {c.gates.tau}, delta {c.gates.delta}; bootstrap 95 % CIs over intents; "
             f"run {p.run_name!r}. Aggregates only: no reply is shown.")
@@ -483,9 +488,9 @@ def reporting(p) -> dict[str, str]:
             "partial refusal under XSTest's scheme), ACCEPT otherwise; an unparseable verdict is no decision. Each "
             "judge gives its own decision set:\n\n" + "\n".join(lines) + "\n\n"
             f"**Confusion event**: an accepted a and a rejected r (scope `{m.scope}`) of the same meaning: the same "
-            f"cluster (both passed the gate against its seed) or MiniLM cosine sim(a, r) >= theta = the gate's tau "
-            f"{g.tau}. **Confusion Rate**: rejected prompts with at least one event / rejected prompts (0 without "
-            f"rejections). **Confusion Index** CI(r): mean over the k = {m.k} most similar event partners of CS(a, r) = weighted mean ({m.weights}) of token drift "
+            f"cluster (both passed the gate against its seed) or, in another cluster of the same intended label, MiniLM "
+            f"cosine sim(a, r) > theta = the gate's tau {g.tau}. **Confusion Rate**: rejected prompts with at least one event / rejected prompts (0 without "
+            f"rejections). **Confusion Index** CI(r) (the paper's): mean over N_k(r), the k = {m.k} nearest accepted prompts of the corpus (same cluster or label), of CS(a, r) = weighted mean ({m.weights}) of token drift "
             f"({m.alignment} alignment of layer {m.layer} hidden states, user-turn tokens), next-token shift "
             f"({m.shift} of the first reply token's distributions) and perplexity contrast (1 - exp(-|delta log "
             f"ppl| / {m.contrast_scale})). **Confusion Depth** ({m.depth_method}, {m.depth_k} neighbours): how far "

@@ -109,7 +109,7 @@ def summary_table(per_cluster: pd.DataFrame, n_boot: int, seed: int, alpha: floa
     table = analysis.frr_vs_cr(boot, per_cluster, "all")
     ci = analysis.wide(boot, "all").reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
                                                                           for x in ("", "_lo", "_hi")])
-    table = table.drop(columns=[c for c in ("ci", "depth") if c in table]).merge(
+    table = table.drop(columns=[c for c in ("ci", "ci_lo", "ci_hi", "depth") if c in table]).merge(
         ci[["model", "judge", "ci", "ci_lo", "ci_hi", "depth", "depth_lo", "depth_hi"]], on=["model", "judge"])
     table["signals"] = "available" if signals else "not available (decisions only)"
     if not signals:
