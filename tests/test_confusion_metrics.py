@@ -19,8 +19,9 @@ def sig(hidden, probs, token_logprobs):
                            token_logprobs=np.asarray(token_logprobs, dtype=np.float64))
 
 
-def table(clusters, accepted, model=None):
-    t = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(clusters))], "cluster": clusters, "accepted": accepted})
+def table(clusters, accepted, model=None, labels="safe"):
+    t = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(clusters))], "cluster": clusters, "accepted": accepted,
+                      "label": labels})
     if model is not None:
         t.insert(0, "model", model)
     return t
@@ -73,13 +74,18 @@ def test_planted_pair_confusion_index_by_hand():
     signals = [A1, R, R, R]
     scored = M.score(prompts, sim, signals)  # corpus scope, theta .70: a1 (own cluster) and a2 (.8) are events
     r = scored.iloc[2]
-    assert r["ci"] == pytest.approx((CS + 0.0) / 2)  # identical pair contributes CS = 0
-    assert r["drift"] == pytest.approx(DRIFT / 2) and r["shift"] == pytest.approx(SHIFT / 2)
-    assert r["contrast"] == pytest.approx(CONTRAST / 2)
+    # the paper's CI: mean CS over N_k(r) = {a1, a2, filler}; a2 and the filler carry r's signals (CS 0)
+    assert r["ci"] == pytest.approx((CS + 0.0 + 0.0) / 3)
+    assert r["drift"] == pytest.approx(DRIFT / 3) and r["shift"] == pytest.approx(SHIFT / 3)
+    assert r["contrast"] == pytest.approx(CONTRAST / 3)
+    assert r["ci_events"] == pytest.approx((CS + 0.0) / 2)  # the event-only variant: E_k = {a1, a2}
     assert (r["n_neighbours"], r["n_events"], bool(r["confused"])) == (3, 2, True)  # N_k holds the filler too
+    assert (r["n_cross_events"], bool(r["cross_confused"]), r["n_uncovered"]) == (1, True, 0)
     assert scored["ci"].drop(index=2).isna().all()  # accepted prompts carry no CI
     strict = M.score(prompts, sim, signals, M.ConfusionParams(theta=0.85)).iloc[2]  # a2 at .8 no longer the same meaning
-    assert (strict["n_events"], strict["ci"]) == (1, pytest.approx(CS))
+    assert (strict["n_events"], strict["ci_events"], strict["ci"]) == (1, pytest.approx(CS), pytest.approx(CS / 3))
+    at_theta = M.score(prompts, sim, signals, M.ConfusionParams(theta=0.8)).iloc[2]  # sim .8 is not > .8 (paper: >)
+    assert at_theta["n_events"] == 1
     only_nearest = M.score(prompts, sim, signals, M.ConfusionParams(k=1)).iloc[2]
     assert only_nearest["ci"] == pytest.approx(CS)
     drift_only = M.score(prompts, sim, signals, M.ConfusionParams(k=1, weights=(1, 0, 0))).iloc[2]
@@ -88,7 +94,32 @@ def test_planted_pair_confusion_index_by_hand():
     assert (in_cluster["n_neighbours"], in_cluster["n_events"], in_cluster["ci"]) == (1, 1, pytest.approx(CS))
     pairs = M.neighbour_pairs(prompts, sim, signals)
     assert list(pairs["accepted_id"]) == ["p0", "p1", "p3"] and list(pairs["event"]) == [True, True, False]
-    assert pairs["cs"].tolist()[:2] == pytest.approx([CS, 0.0]) and np.isnan(pairs["cs"].iloc[2])
+    assert pairs["cs"].tolist() == pytest.approx([CS, 0.0, 0.0])
+    # a pair of N_k(r) without signals: CI undefined (not a mean over the rest), counted
+    table_pairs = {("p0", "p2"): (DRIFT, SHIFT, CONTRAST), ("p1", "p2"): (0.0, 0.0, 0.0)}
+    short = M.score(prompts, sim, params=M.ConfusionParams(), pairs=table_pairs).iloc[2]
+    assert short["n_uncovered"] == 1 and np.isnan(short["ci"]) and short["ci_events"] == pytest.approx(CS / 2)
+
+
+def test_same_meaning_never_crosses_the_label():
+    # a benign prompt b (cluster s, safe) accepted, right next to its harmful twin h (cluster u, unsafe,
+    # sim .97) rejected; h's own cluster-mate h2 is accepted far away (sim .3). Without the label
+    # rule h would be confused by b; with it, h's only event is h2 and b is no neighbour of h.
+    prompts = table(["s", "s", "u", "u"], [True, True, False, True], labels=["safe", "safe", "unsafe", "unsafe"])
+    sim = sim_from({(0, 2): 0.97, (1, 2): 0.9, (2, 3): 0.3, (0, 1): 0.8}, 4, base=0.1)
+    r = M.score(prompts, sim).iloc[2]
+    assert (r["n_events"], r["n_cross_events"], r["n_neighbours"]) == (1, 0, 1)
+    assert (r["n_events_removed"], r["n_neighbours_removed"]) == (2, 2)
+    # the twin alone in its cluster's accepted prompts rejected: no confusion event at all
+    twin = table(["s", "s", "u", "u"], [True, True, False, False], labels=["safe", "safe", "unsafe", "unsafe"])
+    t = M.score(twin, sim).iloc[2]
+    assert (bool(t["confused"]), t["n_events"], t["n_events_removed"]) == (False, 0, 2)
+    # the same pool without labels: own cluster only (no cross-cluster event, no cross-cluster neighbour)
+    bare = M.score(twin.drop(columns=["label"]), sim).iloc[2]
+    assert (bool(bare["confused"]), bare["n_neighbours"]) == (False, 0)
+    # two prompts of the same label in different clusters above theta are the same meaning
+    both_safe = M.score(twin.assign(label="safe"), sim).iloc[2]
+    assert (bool(both_safe["cross_confused"]), both_safe["n_cross_events"]) == (True, 2)
 
 
 def test_identical_prompts_give_zero_signals():
@@ -137,7 +168,8 @@ def test_confusion_rate_and_summaries():
     model = M.model_summary(clusters.reset_index()).iloc[0]
     assert model["model"] == "m" and model["confusion_rate"] == pytest.approx(4 / 5)  # pooled over rejections
     assert model["frr"] == pytest.approx(5 / 7) and model["clusters_confused"] == 1.0
-    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist() == [0, 1, 1, 0, 1, 1, 1]
+    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.49))["n_events"].tolist() == [0, 1, 1, 0, 1, 1, 1]
+    assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist()[6] == 0  # .5 is not > .5
     in_cluster = M.cluster_summary(M.score(prompts, sim, params=M.ConfusionParams(scope="cluster")))
     assert in_cluster["confusion_rate"].tolist() == [1.0, 1.0, 0.0]
 
@@ -165,7 +197,7 @@ def test_depth_on_constructed_geometry():
 
 
 @pytest.mark.parametrize("kwargs, name", [
-    ({"theta": 1.0}, "theta"), ({"theta": -1.5}, "theta"), ({"theta": 2}, "theta"),
+    ({"theta": 1.0}, "theta"), ({"theta": -1.5}, "theta"), ({"theta": 0.0}, "theta"), ({"theta": 2}, "theta"),
     ({"k": 0}, "k"), ({"k": 2.5}, "k"), ({"depth_k": 0}, "depth_k"),
     ({"weights": (1, -1, 1)}, "weights"), ({"weights": (0, 0, 0)}, "weights"), ({"weights": (1, 1)}, "weights"),
     ({"contrast_scale": 0}, "contrast_scale"), ({"alignment": "dtw"}, "alignment"), ({"shift": "kl"}, "shift"),

@@ -39,18 +39,26 @@ def test_a_planted_neighbourhood_is_found_at_corpus_scope():
         accepted[row] = True
     e[300], accepted[300] = 0, False
     e[300, :2] = circle([2.0])[0]  # nearer, but rejected: not in N_k
+    labels = np.full(n, "safe", dtype=object)
     nb = N.neighbourhoods(N.Similarity(embeddings=e), accepted, clusters, k=5, depth_k=3, theta=0.95,
-                          scope="corpus", block=37)[0]
+                          scope="corpus", labels=labels, block=37)[0]
     assert nb.nearest_accepted.tolist() == [101, 202, 57, 390, 250]
-    # same meaning: its own cluster's accepted members (rows 1-3) or cos >= .95 (5 and 12 degrees only)
+    # same meaning: its own cluster's accepted members (rows 1-3) or cos > .95 (5 and 12 degrees only)
     own = [j for j in (1, 2, 3) if accepted[j]]
     assert nb.n_events == len(own) + 2 and set(nb.events) == set(own) | {101, 202}
     assert nb.depth_neighbours.tolist() == [300, 101, 202]
     assert nb.nearest_accepted_sim == pytest.approx(np.cos(np.deg2rad(5)))
     assert nb.nearest_rejected_sim == pytest.approx(np.cos(np.deg2rad(2)))
     in_cluster = N.neighbourhoods(N.Similarity(embeddings=e), accepted, clusters, k=5, depth_k=3, theta=0.95,
-                                  scope="cluster")[0]
+                                  scope="cluster", labels=labels)[0]
     assert set(in_cluster.nearest_accepted) == set(own) and in_cluster.n_events == len(own)
+    # the planted neighbours carry the other label: the rule takes all five out of N_k and both events
+    other = labels.copy()
+    other[list(planted)] = "unsafe"
+    ruled = N.neighbourhoods(N.Similarity(embeddings=e), accepted, clusters, k=5, depth_k=3, theta=0.95,
+                             scope="corpus", labels=other)[0]
+    assert not set(ruled.nearest_accepted) & set(planted) and ruled.n_events == len(own)
+    assert (ruled.neighbours_removed, ruled.events_removed) == (5, 2)
 
 
 @pytest.mark.parametrize("scope", M.SCOPES)
@@ -61,20 +69,30 @@ def test_blocked_search_equals_brute_force_on_the_full_matrix(scope):
     accepted = rng.random(150) < 0.5
     u = e / np.linalg.norm(e, axis=1, keepdims=True)
     full = u @ u.T
+    labels = np.where(np.arange(150) % 10 < 5, "safe", "unsafe").astype(object)  # clusters alternate safe / unsafe
     got = N.neighbourhoods(N.Similarity(embeddings=e), accepted, clusters, k=4, depth_k=6, theta=0.8, scope=scope,
-                           block=16)
+                           labels=labels, block=16)
     for r in np.flatnonzero(~accepted):
         others = [j for j in range(150) if j != r and (scope == "corpus" or clusters[j] == clusters[r])]
         ranked = sorted(others, key=lambda j: (-full[r, j], j))
-        acc = [j for j in ranked if accepted[j]]
-        same = [j for j in acc if clusters[j] == clusters[r] or full[r, j] >= 0.8]
+        acc = [j for j in ranked if accepted[j] and (clusters[j] == clusters[r] or labels[j] == labels[r])]
+        same = [j for j in acc if clusters[j] == clusters[r] or full[r, j] > 0.8]
         assert got[r].nearest_accepted.tolist() == acc[:4]
         assert got[r].events.tolist() == same[:4] and got[r].n_events == len(same)
         assert got[r].depth_neighbours.tolist() == ranked[:6]
-    pairs = N.same_meaning_pairs(N.Similarity(embeddings=e), clusters, 0.8, scope, block=16)
+    pairs = N.same_meaning_pairs(N.Similarity(embeddings=e), clusters, 0.8, scope, labels=labels, block=16)
     brute = [(i, j) for i in range(150) for j in range(i + 1, 150)
-             if (clusters[i] == clusters[j]) or (scope == "corpus" and full[i, j] >= 0.8)]
+             if (clusters[i] == clusters[j]) or (scope == "corpus" and full[i, j] > 0.8 and labels[i] == labels[j])]
     assert [tuple(x) for x in pairs] == brute
+    # the signal pass covers N_k(r) of every rejection whose k nearest accepted are among its `cover` nearest
+    cover = 12
+    signal = {tuple(x) for x in N.signal_pairs(N.Similarity(embeddings=e), clusters, 0.8, cover, labels, block=16)}
+    assert set(brute) <= signal
+    for r in np.flatnonzero(~accepted):
+        cand = sorted([j for j in range(150) if j != r and (clusters[j] == clusters[r] or labels[j] == labels[r])],
+                      key=lambda j: (-full[r, j], j))
+        if sum(accepted[j] for j in cand[:cover]) >= 4:
+            assert all((min(r, j), max(r, j)) in signal for j in got[r].nearest_accepted)
 
 
 def test_depth_across_clusters_by_hand():

@@ -17,6 +17,7 @@ from refusal_audit.studies import confusion as C
 from refusal_audit.studies.confusion import analysis as A
 from refusal_audit.studies.confusion import clusters as CL
 from refusal_audit.studies.confusion import metrics as M
+from refusal_audit.studies.confusion import user_run as U
 
 RUN_KEYS = {"run_name", "seed", "publish_figures", "models", "judges", "stats", "generation"}
 
@@ -71,6 +72,8 @@ class NoLoad(Pool):
     ({"gates": {"safety_margin": 0.5}}, "confusion.gates.safety_margin"),
     ({"metrics": {"theta": 0.9}}, "confusion.metrics.theta"),  # no such key: theta is the gate's tau
     ({"metrics": {"k": 0}}, "confusion.metrics.k"),
+    ({"gates": {"tau": 0.0}}, "confusion.gates.tau"),  # theta = tau must be in (0, 1)
+    ({"metrics": {"cover": 3}}, "confusion.metrics.cover"),  # fewer than k: N_k could never be covered
     ({"metrics": {"weights": [0, 0, 0]}}, "confusion.metrics.weights"),
     ({"metrics": {"scope": "world"}}, "confusion.metrics.scope"),
     ({"data": {"k": 0}}, "confusion.data.k"),
@@ -125,12 +128,24 @@ def test_a_user_cluster_with_one_member_stops_before_any_model(tmp_path, monkeyp
     ("cluster_id,prompt,id\na,x y,1\na,y z,1\n", r"row 1: duplicate id '1'"),
     ("cluster_id,prompt\na,x y\na, \n", r"row 1: empty prompt"),
     ("cluster_id,prompt\n,x y\na,y z\n", r"row 0: empty cluster_id"),
+    ("cluster_id,prompt,label\na,x y,safe\na,y z,benign\n", r"row 1: label 'benign'; expected one of"),
+    ("cluster_id,prompt,label\na,x y,safe\na,y z,\n", r"row 1: label ''; expected one of"),
+    ("cluster_id,prompt,label\na,x y,safe\na,y z,unsafe\n", r"cluster 'a': rows carry both labels"),
 ])
 def test_bad_user_rows_get_the_same_errors_as_make_generate(tmp_path, text, message):
     with pytest.raises(ValueError, match=r"clusters\.csv: " + message):
         CL.read_user(write(tmp_path, text))
     with pytest.raises(FileNotFoundError, match="clusters file not found"):
         CL.read_user(tmp_path / "absent.csv")
+
+
+def test_a_user_label_column_is_read_and_its_absence_stated(tmp_path):
+    rows = CL.read_user(write(tmp_path, "cluster_id,prompt,label\na,x y,safe\na,y z,safe\nb,p q,unsafe\nb,q r,unsafe\n"))
+    assert rows["label"].tolist() == ["safe", "safe", "unsafe", "unsafe"]
+    assert "cosine > theta" in U.label_rule(str(tmp_path / "clusters.csv"))
+    bare = write(tmp_path, "cluster_id,prompt\na,x y\na,y z\n")
+    assert set(CL.read_user(bare)["label"]) == {""}
+    assert "no cross-cluster events" in U.label_rule(str(bare))
 
 
 def test_the_cluster_file_is_checked_row_by_row(tmp_path):
@@ -445,8 +460,10 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
     # the pair table holds the same-meaning pairs only (computed once: the second run added none),
     # every ordered pair of a cluster among them, and the signals are finite
     table = P.read(C.pairs_path(p))
-    same = N.same_meaning_pairs(N.Similarity(embeddings=np.stack(items["embedding"])), items["cluster"].to_numpy(),
-                                C.confusion_params(p.studies["confusion"]).theta, "corpus")
+    inc = items[items["included"]]
+    same = N.signal_pairs(N.Similarity(embeddings=np.stack(inc["embedding"])), inc["cluster"].to_numpy(),
+                          C.confusion_params(p.studies["confusion"]).theta, p.studies["confusion"].metrics.cover,
+                          inc["label"].where(inc["label"].isin(N.LABELS), "").to_numpy(dtype=object))
     assert len(table) == len(same) < len(items) * (len(items) - 1) / 2
     assert g1["pair_signals"].map(len).sum() == len(same)  # each pair on one generation row, read back whole
     pd.testing.assert_frame_equal(P.unnest(g1["signal_key"], g1["pair_signals"], "greedy", "jsd")

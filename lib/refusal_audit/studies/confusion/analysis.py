@@ -27,6 +27,8 @@ RATIOS = {  # statistic -> (numerator, denominator) columns of the per-cluster t
     "confusion_rate": ("n_confused", "n_rejected"),
     "ci": ("ci_sum", "n_ci"), "drift": ("drift_sum", "n_ci"), "shift": ("shift_sum", "n_ci"),
     "contrast": ("contrast_sum", "n_ci"), "depth": ("depth_sum", "n_depth"),
+    "ci_events": ("ci_events_sum", "n_ci_events"),  # this code's event-only variant (secondary)
+    "cross_confusion_rate": ("n_cross_confused", "n_rejected"),  # rejections with an event from another cluster
     "clusters_confused": ("any_confused", "one"),
 }
 
@@ -129,6 +131,9 @@ def _sums(clusters: pd.DataFrame) -> pd.DataFrame:
     out = c[["cluster", "n_prompts", "n_rejected", "n_confused", "n_ci", "n_depth"]].copy()
     for s in ("ci", "drift", "shift", "contrast"):
         out[f"{s}_sum"] = c[s].fillna(0) * c["n_ci"]
+    out["n_ci_events"] = c["n_ci_events"] if "n_ci_events" in c else 0
+    out["ci_events_sum"] = c["ci_events"].fillna(0) * out["n_ci_events"] if "ci_events" in c else 0.0
+    out["n_cross_confused"] = c["n_cross_confused"] if "n_cross_confused" in c else 0
     out["depth_sum"] = c["depth"].fillna(0) * c["n_depth"]
     out["any_confused"] = (c["n_confused"] > 0).astype(float)
     out["one"] = 1.0
@@ -212,9 +217,11 @@ def frr_vs_cr(summary_table: pd.DataFrame, clusters: pd.DataFrame, group: str = 
         n_confused=("n_confused", "sum"), clusters_all_accepted=("all_accepted", "sum"),
         clusters_mixed=("mixed", "sum"), clusters_all_rejected=("all_rejected", "sum"),
         rejected_in_mixed=("rejected_in_mixed", "sum"),
-        rejected_in_consistent=("rejected_in_consistent", "sum")).reset_index()
+        rejected_in_consistent=("rejected_in_consistent", "sum"),
+        n_cross_confused=("n_cross_confused", "sum"), n_events_removed=("n_events_removed", "sum"),
+        n_neighbours_removed=("n_neighbours_removed", "sum"), n_uncovered=("n_uncovered", "sum")).reset_index()
     keep = ["frr", "frr_lo", "frr_hi", "confusion_rate", "confusion_rate_lo", "confusion_rate_hi",
-            "clusters_confused", "ci", "depth"]
+            "clusters_confused", "ci", "ci_lo", "ci_hi", "depth", "ci_events"]
     return counts.merge(w[ARM + [k for k in keep if k in w]], on=ARM).assign(group=group)
 
 
@@ -271,13 +278,15 @@ def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int
     e /= np.linalg.norm(e, axis=1, keepdims=True)
     sim = e @ e.T
     cluster = inc["cluster"].to_numpy()
+    label = inc["label"].to_numpy() if "label" in inc else np.full(len(inc), "")
     rows = []
     for arm in ("flip", "consistent"):
         acc = d.loc[d["judge"] == arm, "accepted"].to_numpy(dtype=bool)
         confused, depths = [], []
         for r in np.flatnonzero(~acc):
             others = [j for j in range(len(inc)) if j != r and (scope == "corpus" or cluster[j] == cluster[r])]
-            confused.append(any(acc[j] and (cluster[j] == cluster[r] or sim[r, j] >= theta) for j in others))
+            confused.append(any(acc[j] and (cluster[j] == cluster[r] or (
+                sim[r, j] > theta and label[j] == label[r] and label[r] in ("safe", "unsafe"))) for j in others))
             ranked = sorted(others, key=lambda j: (-sim[r, j], j))[:depth_k]
             depths.append(np.mean([acc[j] for j in ranked]))
         rows += [(arm, "reject_rate", float(np.mean(~acc))), (arm, "confusion_rate", float(np.mean(confused))),

@@ -176,11 +176,24 @@ def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
 
 
 def read_user(path: str | Path) -> pd.DataFrame:
-    """A user's cluster CSV (``cluster_id``, ``prompt``, optional ``id``), checked before any work, with
-    the same errors as ``make generate`` (file, UTF-8, columns, duplicate ids, empty prompts) and
-    one more: every cluster needs at least two members. The first row of a cluster is its seed."""
-    df = datasets.read_user_csv(path, ["cluster_id", "prompt"], ["id"], "clusters")
+    """A user's cluster CSV (``cluster_id``, ``prompt``, optional ``id`` and ``label``), checked before
+    any work, with the same errors as ``make generate`` (file, UTF-8, columns, duplicate ids, empty
+    prompts) and more: every cluster needs at least two members; with a ``label`` column every row
+    carries safe or unsafe, one per cluster. The first row of a cluster is its seed. Without labels,
+    same meaning never leaves a cluster (no cross-cluster events; DEFINITIONS.md)."""
+    df = datasets.read_user_csv(path, ["cluster_id", "prompt"], ["id", "label"], "clusters")
     where = str(path)
+    labels = df["label"].str.strip() if "label" in df else pd.Series([""] * len(df))
+    if "label" in df:
+        bad = ~labels.isin(LABELS)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{where}: row {i}: label {df['label'].iat[i]!r}; expected one of {LABELS} on every "
+                             "row (or no label column: then no cross-cluster events)")
+        mixed = labels.groupby(df["cluster_id"]).nunique()
+        if (mixed > 1).any():
+            raise ValueError(f"{where}: cluster {mixed[mixed > 1].index[0]!r}: rows carry both labels; expected one "
+                             "intended label per cluster")
     ids = df["id"] if "id" in df else pd.Series([f"row-{i:05d}" for i in range(len(df))])
     if (ids.astype(str).str.strip() == "").any():
         i = int(np.flatnonzero((ids.astype(str).str.strip() == "").to_numpy())[0])
@@ -189,7 +202,7 @@ def read_user(path: str | Path) -> pd.DataFrame:
     member = df.groupby("cluster_id", sort=False).cumcount()
     return pd.DataFrame({
         "cluster_id": df["cluster_id"].values, "member": member.values,
-        "rule": np.where(member == 0, "seed", "user"), "prompt": df["prompt"].values, "label": "",
+        "rule": np.where(member == 0, "seed", "user"), "prompt": df["prompt"].values, "label": labels.values,
         "dataset": Path(path).name, "source_file": str(path), "source_row": range(len(df)),
         "source_type": "", "licence": "user-supplied", "id": ids.astype(str).values})
 

@@ -77,10 +77,26 @@ def scope_mask(i: int, clusters: np.ndarray, scope: str) -> np.ndarray:
     return mask
 
 
-def same_meaning(i: int, row: np.ndarray, clusters: np.ndarray, theta: float) -> np.ndarray:
-    """Prompts of the same meaning as row i (DEFINITIONS.md, "one notion of same meaning"): its own
-    cluster (every member passed the gate against the same seed) or cosine >= theta (= the gate's tau)."""
-    return (clusters == clusters[i]) | (row >= theta)
+LABELS = ("safe", "unsafe")
+
+
+def may_share(i: int, clusters: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+    """Prompts that may carry row i's meaning (DEFINITIONS.md, "same meaning never crosses the label"):
+    its own cluster, or another cluster of the same intended label (safe | unsafe). An unlabelled row
+    (no label, or ``labels`` None) shares meaning with its own cluster only; a dataset's benign /
+    harmful twins carry opposite labels, so they never share one."""
+    mask = clusters == clusters[i]
+    if labels is not None and labels[i] in LABELS:
+        mask = mask | (labels == labels[i])
+    return mask
+
+
+def same_meaning(i: int, row: np.ndarray, clusters: np.ndarray, theta: float,
+                 labels: np.ndarray | None = None) -> np.ndarray:
+    """Prompts of the same meaning as row i: its own cluster (every member passed the gate against
+    the same seed) or, in another cluster of the same intended label, cosine > theta (the paper's
+    strict inequality; theta = the gate's tau)."""
+    return (clusters == clusters[i]) | ((row > theta) & may_share(i, clusters, labels))
 
 
 @dataclass
@@ -93,38 +109,73 @@ class Neighbourhood:
     depth_neighbours: np.ndarray  # the depth_k most similar prompts in scope, any decision
     nearest_accepted_sim: float  # max sim to an accepted prompt in scope (NaN if none)
     nearest_rejected_sim: float  # max sim to another rejected prompt in scope (-1 if none)
+    neighbours_removed: int = 0  # members of N_k(r) without the label rule that the rule takes out
+    events_removed: int = 0  # accepted prompts above theta in other clusters that the label rule takes out
+    cross_events: int = 0  # accepted prompts of the same meaning from other clusters (after the rule)
 
 
 def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, depth_k: int, theta: float,
-                   scope: str, block: int = BLOCK) -> dict[int, Neighbourhood]:
-    """Row index -> Neighbourhood for every rejected row, by blocked exact search."""
+                   scope: str, labels: np.ndarray | None = None, block: int = BLOCK) -> dict[int, Neighbourhood]:
+    """Row index -> Neighbourhood for every rejected row, by blocked exact search. N_k(r) ranges over
+    the accepted prompts in scope that may share r's meaning (``may_share``); depth over every prompt
+    in scope."""
     sim = as_similarity(sim)
     accepted = np.asarray(accepted, dtype=bool)
+    clusters = np.asarray(clusters)
+    labels = None if labels is None else np.asarray(labels, dtype=object)
     out = {}
     for chunk, rows in blocks(np.flatnonzero(~accepted), sim, block):
         for i, row in zip(chunk, rows):
             in_scope = scope_mask(i, clusters, scope)
             acc, rej = in_scope & accepted, in_scope & ~accepted
-            event = acc & same_meaning(i, row, clusters, theta)
+            share = may_share(i, clusters, labels)
+            event = acc & same_meaning(i, row, clusters, theta, labels)
+            unruled = acc & ((clusters == clusters[i]) | (row > theta))
+            nearest = top(row, acc & share, k)
             out[int(i)] = Neighbourhood(
-                nearest_accepted=top(row, acc, k), events=top(row, event, k), n_events=int(event.sum()),
+                nearest_accepted=nearest, events=top(row, event, k), n_events=int(event.sum()),
                 depth_neighbours=top(row, in_scope, depth_k),
                 nearest_accepted_sim=float(row[acc].max()) if acc.any() else float("nan"),
-                nearest_rejected_sim=float(row[rej].max()) if rej.any() else -1.0)
+                nearest_rejected_sim=float(row[rej].max()) if rej.any() else -1.0,
+                neighbours_removed=int(len(set(top(row, acc, k).tolist()) - set(nearest.tolist()))),
+                events_removed=int(unruled.sum() - event.sum()),
+                cross_events=int((event & (clusters != clusters[i])).sum()))
     return out
 
 
-def same_meaning_pairs(sim, clusters: np.ndarray, theta: float, scope: str, block: int = BLOCK) -> np.ndarray:
-    """Every unordered pair (i, j), i < j, in scope and of the same meaning, whatever the decisions:
-    the pairs that can be confusion events under any judge, so the only ones whose token signals are
-    ever needed. Shape (n_pairs, 2), sorted. Their number grows with the cluster sizes and the
-    cross-cluster paraphrases above theta, not with n^2."""
+def signal_pairs(sim, clusters: np.ndarray, theta: float, cover: int, labels: np.ndarray | None = None,
+                 block: int = BLOCK) -> np.ndarray:
+    """Every unordered pair (i, j), i < j, whose token signals the metrics may need, whatever the
+    decisions: the pairs of the same meaning (every possible confusion event, at either scope) and
+    each prompt with its ``cover`` most similar prompts that may share its meaning (``may_share``),
+    so that N_k(r) of any decision set is covered whenever r has k accepted prompts among them.
+    Shape (n_pairs, 2), sorted, unique. Their number grows as n * (cover + cluster size), not n^2."""
     sim = as_similarity(sim)
     clusters = np.asarray(clusters)
+    labels = None if labels is None else np.asarray(labels, dtype=object)
     found = []
     for chunk, rows in blocks(np.arange(sim.n), sim, block):
         for i, row in zip(chunk, rows):
-            j = np.flatnonzero(scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta))
+            others = scope_mask(i, clusters, "corpus")
+            j = np.union1d(np.flatnonzero(others & same_meaning(i, row, clusters, theta, labels)),
+                           top(row, others & may_share(i, clusters, labels), cover))
+            found.append(np.stack([np.minimum(i, j), np.maximum(i, j)], axis=1))
+    if not found:
+        return np.zeros((0, 2), dtype=int)
+    return np.unique(np.concatenate(found).astype(int), axis=0)
+
+
+def same_meaning_pairs(sim, clusters: np.ndarray, theta: float, scope: str, labels: np.ndarray | None = None,
+                       block: int = BLOCK) -> np.ndarray:
+    """Every unordered pair (i, j), i < j, in scope and of the same meaning, whatever the decisions:
+    the pairs that can be confusion events under any judge. Shape (n_pairs, 2), sorted."""
+    sim = as_similarity(sim)
+    clusters = np.asarray(clusters)
+    labels = None if labels is None else np.asarray(labels, dtype=object)
+    found = []
+    for chunk, rows in blocks(np.arange(sim.n), sim, block):
+        for i, row in zip(chunk, rows):
+            j = np.flatnonzero(scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta, labels))
             j = j[j > i]
             found.append(np.stack([np.full(len(j), i), j], axis=1))
     return np.concatenate(found) if found else np.zeros((0, 2), dtype=int)

@@ -109,7 +109,7 @@ def summary_table(per_cluster: pd.DataFrame, n_boot: int, seed: int, alpha: floa
     table = analysis.frr_vs_cr(boot, per_cluster, "all")
     ci = analysis.wide(boot, "all").reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
                                                                           for x in ("", "_lo", "_hi")])
-    table = table.drop(columns=[c for c in ("ci", "depth") if c in table]).merge(
+    table = table.drop(columns=[c for c in ("ci", "ci_lo", "ci_hi", "depth") if c in table]).merge(
         ci[["model", "judge", "ci", "ci_lo", "ci_hi", "depth", "depth_lo", "depth_hi"]], on=["model", "judge"])
     table["signals"] = "available" if signals else "not available (decisions only)"
     if not signals:
@@ -171,6 +171,14 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def label_rule(clusters_csv: str) -> str:
+    """What "same meaning" means for this clusters file (DEFINITIONS.md, same meaning never crosses the label)."""
+    labelled = (cl.read_user(clusters_csv)["label"] != "").all()
+    return ("Same meaning: the same cluster, or another cluster of the same label (safe / unsafe) with cosine > theta."
+            if labelled else "The clusters file has no label column: same meaning stays within each cluster, so there "
+            "are no cross-cluster events and N_k(r) holds r's own cluster's accepted prompts only.")
+
+
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
                  clusters_csv: str, model_names: list[str], decisions_csv: str | None) -> Path:
     """A short self-contained ``report.html``: the headline table, the verdicts, the figures, the clusters."""
@@ -186,6 +194,7 @@ def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame,
             f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
             "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
             "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
+    body.append("<p>" + html.escape(label_rule(clusters_csv)) + "</p>")
     if decisions_csv:
         body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")
     body += [f'<h2>{html.escape(f)}</h2><img src="{html.escape(f)}" style="max-width:100%">' for f in figures]
