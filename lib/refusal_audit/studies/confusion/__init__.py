@@ -11,9 +11,9 @@ of it? A global false-rejection rate scores each prompt alone and cannot see thi
    ``safety.py``); failures kept with their reason.
 02 prompts: each included prompt in each model's chat template, with the span of the user's text.
 03 generate: per model, FIRST the token signals of every prompt (one batched forward pass each,
-   cached per (model, prompt); ``signals.py``) and from them drift and next-token shift of the
-   same-meaning pairs only (same cluster or cosine >= tau, over the model's whole corpus;
-   ``neighbours.py``), added once to the run's Parquet pair table keyed by content hash
+   cached per (model, prompt); ``signals.py``) and from them drift and next-token shift of the pairs
+   the metrics may need (``neighbours.signal_pairs``: every same-meaning pair, and each prompt with its
+   ``cover`` nearest prompts that may share its meaning, so that N_k(r) is covered), added once to the run's Parquet pair table keyed by content hash
    (``pairs.py``); THEN greedy replies from the shared engine.
 04 judge: the refusal judges named in ``confusion.judges``; each gives its own ACCEPT / REJECT set.
 05 analyse: per arm (model x judge), neighbourhoods over the model's whole corpus (blocked exact
@@ -312,8 +312,8 @@ def pairs_path(p) -> Path:
 def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.DataFrame]:
     """model -> (prompt_id, signal_key, log_ppl, pair_signals) for every prompt of that model: one
     batched forward pass per prompt (cached per (model, layer, tokens)), then the pair signals of the
-    same-meaning pairs only (``neighbours.same_meaning_pairs`` over the model's prompts at corpus
-    scope), added to the run's pair table (``pairs_path``, the cache) unless already there; each
+    pairs the metrics may need (``neighbours.signal_pairs`` over the model's prompts at corpus scope),
+    added to the run's pair table (``pairs_path``, the cache) unless already there; each
     generation row carries its own pairs (``pairs.nest``), so the statistics need no other file. Every model's signals are computed before
     any reply is generated, so a model without hidden states stops the stage before any work."""
     from ...encoder import embed

@@ -1,8 +1,9 @@
-"""Token signals of the same-meaning pairs only, computed once and cached by content hash in a table.
+"""Token signals of the pairs the metrics may need, computed once and cached by content hash in a table.
 
-Which pairs: ``neighbours.same_meaning_pairs`` (same cluster, or cosine >= theta, in scope),
-whatever the decisions: every confusion event of any judge is among them, and their number grows
-with the number of paraphrases of each prompt, not with the square of the corpus.
+Which pairs: ``neighbours.signal_pairs`` (every same-meaning pair, and each prompt with its ``cover``
+nearest prompts that may share its meaning), whatever the decisions: every confusion event and every
+N_k(r) of any judge is among them, and their number grows as n * (cover + cluster size), not with the
+square of the corpus.
 
 The table (Parquet, one row per unordered pair of prompt contents and settings) has ``key_a`` <
 ``key_b`` (each the sha256 of model name, layer, token ids and user span: ``prompt_key``),
