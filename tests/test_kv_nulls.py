@@ -35,7 +35,7 @@ def test_calibration_false_positive_rate_and_power():
     hand value 0.98 x 0.5 x (0.9 - 0.1) = 0.392 for both judges, and the style shift's power rises with its
     size (the 100 % shift, expected difference 0.98 x 0.8 = 0.784, found in nearly every run)."""
     cal = simulation.calibration(simulation.Simulation(reps=2000), 40, 0.05, 4, seed=0).set_index("scenario")
-    null = cal[cal["kind"] == "null"]
+    null = cal[cal["kind"] == simulation.NULL]
     assert (null["rejection_rate"] <= 0.05).all() and (null["rejection_rate_holm"] <= null["rejection_rate"]).all()
     assert null["monitor_drop"].to_numpy() == pytest.approx([0.392] * 2, abs=0.01)
     assert null["reference_drop"].to_numpy() == pytest.approx([0.392] * 2, abs=0.01)
@@ -43,6 +43,14 @@ def test_calibration_false_positive_rate_and_power():
     assert alt["difference"].iloc[-1] == pytest.approx(0.784, abs=0.01)
     assert alt["rejection_rate"].is_monotonic_increasing and alt["rejection_rate"].iloc[-1] > 0.99
     assert alt["rejection_rate"].iloc[0] > null["rejection_rate"].max()
+    # the verdict reads the table as the report does, back from its CSV
+    from io import StringIO
+
+    from refusal_audit.studies.kv import verdict
+
+    back = pd.read_csv(StringIO(cal.reset_index().to_csv(index=False)))
+    line, = verdict.calibration(None, back)
+    assert "moving null, noisy judges" in line and ": calibrated;" in line
 
 
 def params(family, n_harmful=8):

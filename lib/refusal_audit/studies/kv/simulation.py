@@ -22,6 +22,7 @@ import pandas as pd
 from ... import stats
 
 MOVING_NULL = "moving null (simulated)"
+NULL = "no_effect"  # a scenario's kind ("null" itself would be read back from the CSV as a missing value)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Reader:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # null | alternative
+    kind: str  # NULL | alternative
     turned: float
     soft: float
     monitor: Reader
@@ -61,8 +62,8 @@ def scenarios(sim: Simulation) -> list[Scenario]:
     monitor misses them (the paper's shape: the keyword monitor drops, the classifier holds)."""
     e = sim.misread
     noisy = Reader(1 - e, e)
-    out = [Scenario("moving null, noisy judges", "null", sim.turned, 0.0, noisy, noisy),
-           Scenario("moving null, uneven judges", "null", sim.turned, 0.0, Reader(1 - 1.5 * e, 0.5 * e),
+    out = [Scenario("moving null, noisy judges", NULL, sim.turned, 0.0, noisy, noisy),
+           Scenario("moving null, uneven judges", NULL, sim.turned, 0.0, Reader(1 - 1.5 * e, 0.5 * e),
                     Reader(1 - 0.5 * e, 1.5 * e))]
     out += [Scenario(f"style shift, {s:.0%} of evicted refusals soft", "alternative", 0.0, s,
                      Reader(1 - e, e, sees_soft=False), noisy) for s in sim.soft_shares]

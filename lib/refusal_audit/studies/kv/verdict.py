@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import stats
+from . import simulation
 
 
 def _could_have_seen(g: pd.DataFrame, alpha: float, family_size: int) -> str:
@@ -83,7 +84,7 @@ def calibration(p, cal: pd.DataFrame) -> list[str]:
     if cal is None or cal.empty:
         return []
     r0 = cal.iloc[0]
-    null, alt = cal[cal["kind"] == "null"], cal[cal["kind"] == "alternative"]
+    null, alt = cal[cal["kind"] == simulation.NULL], cal[cal["kind"] == "alternative"]
     nulls = ", ".join(f"{r.rejection_rate:.1%} ({r.scenario})" for r in null.itertuples())
     power = ", ".join(f"{r.rejection_rate:.0%} at alpha, {r.rejection_rate_holm:.0%} at Holm's first step "
                       f"({r.scenario}: expected difference {r.difference:+.2f})" for r in alt.itertuples())
@@ -96,7 +97,7 @@ def calibration(p, cal: pd.DataFrame) -> list[str]:
 def human(table: pd.DataFrame | None) -> list[str]:
     """Human labels on the disagreement items, or a plain statement that there are none."""
     if table is None or table.empty:
-        return ["kv human labels: none read back yet (fill results/<run>/kv/annotation/sheet.csv and run "
+        return ["kv human labels: none read back yet (fill `results/<run>/kv/annotation/sheet.csv` and run "
                 "`make kv-humans RUN=<run>`); no human-vs-judge agreement is reported."]
     judges = table[~table["versus"].str.startswith("human:")]
     parts = [f"{r.versus} agrees with {r.rater} on {r.agreement:.1%} of {int(r.n)} (kappa {r.kappa:.2f})"
