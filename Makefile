@@ -65,7 +65,7 @@ test-notebooks-then-run: test-notebooks
 clean-ci:
 	rm -rf results/ci
 
-# make generate PROMPTS=file.csv MODEL=name RUN=name [POLICIES=full,sink_tail,snapkv] [FILLER=tokens]
+# make generate PROMPTS=file.csv MODEL=name RUN=name [POLICIES=full,sink_tail,snapkv] [FILLER=tokens] -> results/<RUN>/user/generations.parquet
 POLICIES ?= full,sink_tail,snapkv
 FILLER ?= 0
 generate: $(VENV)/.installed
@@ -81,7 +81,7 @@ RUN ?=
 kv-humans: $(VENV)/.installed
 	$(PY) -m refusal_audit kv-humans --sheets "$(SHEETS)" --run "$(RUN)" --params $(PARAMS)
 
-# make judge REPLIES=file.csv RUN=name
+# make judge REPLIES=file.csv RUN=name -> results/<RUN>/user/judgments.parquet, judge_agreement.csv
 judge: $(VENV)/.installed
 	$(PY) -m refusal_audit judge --replies "$(REPLIES)" --run "$(RUN)" --params $(PARAMS)
 
