@@ -143,6 +143,22 @@ def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, d
     return out
 
 
+def _pairs(sim, clusters: np.ndarray, labels: np.ndarray | None, block: int, partners) -> np.ndarray:
+    """Every unordered pair (i, j), i < j, with j among ``partners(i, row, clusters, labels)`` (``row``: i's
+    similarities), one block of similarity rows at a time. Shape (n_pairs, 2), sorted, unique."""
+    sim = as_similarity(sim)
+    clusters = np.asarray(clusters)
+    labels = None if labels is None else np.asarray(labels, dtype=object)
+    found = []
+    for chunk, rows in blocks(np.arange(sim.n), sim, block):
+        for i, row in zip(chunk, rows):
+            j = partners(i, row, clusters, labels)
+            found.append(np.stack([np.minimum(i, j), np.maximum(i, j)], axis=1))
+    if not found:
+        return np.zeros((0, 2), dtype=int)
+    return np.unique(np.concatenate(found).astype(int), axis=0)
+
+
 def signal_pairs(sim, clusters: np.ndarray, theta: float, cover: int, labels: np.ndarray | None = None,
                  block: int = BLOCK) -> np.ndarray:
     """Every unordered pair (i, j), i < j, whose token signals the metrics may need, whatever the
@@ -150,32 +166,17 @@ def signal_pairs(sim, clusters: np.ndarray, theta: float, cover: int, labels: np
     each prompt with its ``cover`` most similar prompts that may share its meaning (``may_share``),
     so that N_k(r) of any decision set is covered whenever r has k accepted prompts among them.
     Shape (n_pairs, 2), sorted, unique. Their number grows as n * (cover + cluster size), not n^2."""
-    sim = as_similarity(sim)
-    clusters = np.asarray(clusters)
-    labels = None if labels is None else np.asarray(labels, dtype=object)
-    found = []
-    for chunk, rows in blocks(np.arange(sim.n), sim, block):
-        for i, row in zip(chunk, rows):
-            others = scope_mask(i, clusters, "corpus")
-            j = np.union1d(np.flatnonzero(others & same_meaning(i, row, clusters, theta, labels)),
-                           top(row, others & may_share(i, clusters, labels), cover))
-            found.append(np.stack([np.minimum(i, j), np.maximum(i, j)], axis=1))
-    if not found:
-        return np.zeros((0, 2), dtype=int)
-    return np.unique(np.concatenate(found).astype(int), axis=0)
+    def partners(i, row, clusters, labels):
+        others = scope_mask(i, clusters, "corpus")
+        return np.union1d(np.flatnonzero(others & same_meaning(i, row, clusters, theta, labels)),
+                          top(row, others & may_share(i, clusters, labels), cover))
+
+    return _pairs(sim, clusters, labels, block, partners)
 
 
 def same_meaning_pairs(sim, clusters: np.ndarray, theta: float, scope: str, labels: np.ndarray | None = None,
                        block: int = BLOCK) -> np.ndarray:
     """Every unordered pair (i, j), i < j, in scope and of the same meaning, whatever the decisions:
     the pairs that can be confusion events under any judge. Shape (n_pairs, 2), sorted."""
-    sim = as_similarity(sim)
-    clusters = np.asarray(clusters)
-    labels = None if labels is None else np.asarray(labels, dtype=object)
-    found = []
-    for chunk, rows in blocks(np.arange(sim.n), sim, block):
-        for i, row in zip(chunk, rows):
-            j = np.flatnonzero(scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta, labels))
-            j = j[j > i]
-            found.append(np.stack([np.full(len(j), i), j], axis=1))
-    return np.concatenate(found) if found else np.zeros((0, 2), dtype=int)
+    return _pairs(sim, clusters, labels, block, lambda i, row, clusters, labels: np.flatnonzero(
+        scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta, labels)))
