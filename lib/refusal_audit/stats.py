@@ -973,13 +973,12 @@ def policy_verdict(k, n, cls, n_items_class, n_boot: int, alpha: float, margin: 
     q = np.quantile(np.where(np.isnan(bp) & (nc[2:] > 0), 0.5, bp), [alpha / 2, 1 - alpha / 2], axis=1)
     lo, hi = q[0], q[1]  # NaN for a direction without answered items
     sep_lo = np.quantile(bs, alpha / 2, axis=1)
-    answered = nc
     need = np.asarray(n_items_class) > 0
     present = need[2:]  # the directions with items
-    n_dir = answered[2:]
+    n_dir = nc[2:]
     side = np.where(lo > 0.5 + margin, 1, np.where(hi < 0.5 - margin, -1, 0))
     side = np.where((n_dir >= min_items)[None, :] & present[None, :], side, 0)
-    missing = bool((need & (answered == 0)).any())
+    missing = bool((need & (nc == 0)).any())
     informative = sep_lo > min_separation
     p_side = side[:, present]
     any_a, any_b = (p_side == 1).any(axis=1), (p_side == -1).any(axis=1)
