@@ -314,7 +314,8 @@ def _arm_rows(s, name: str, seed: int, fitted: arms.Fitted, probs: np.ndarray, h
         "score_id": [f"policy|{name}|s{seed}|{i}" for i in held["item_id"]],
         "prompt_id": held["prompt_id"].to_numpy(), "item_id": held["item_id"].to_numpy(),
         "role": held["role"].to_numpy(), "model": name, "seed": seed,
-        "verdict": np.asarray(arms.CLASSES)[probs.argmax(1)], "kind": "arm", "convention": "arm4", "arm_route": arms.route(arm), "last_signal": arms.last_signal(arm),
+        "verdict": np.asarray(arms.CLASSES)[probs.argmax(1)], "kind": "arm", "convention": "arm4",
+        "arm_route": arms.route(arm), "last_signal": arms.last_signal(arm),
         "hard_a": arm.hard_a, "teacher": arm.teacher, "recalibrate": arm.recalibrate,
         "calibration": arm.calibration if arm.recalibrate != "none" else np.nan,
         "n_calibration": fitted.n_calibration if arm.recalibrate != "none" else np.nan,
@@ -395,7 +396,7 @@ def _guard_rows(p, g, held: pd.DataFrame, models, shards: store.ShardStore) -> p
         return shards.collect([key])
     model, tokenizer = models.load(g.model)
     start = time.perf_counter()
-    texts, probs, lengths, new_tokens, finish = conventions.run_guard(
+    texts, probs, *_ = conventions.run_guard(  # the verdict and its probability (tokens and finish unused)
         model, tokenizer, g.convention, rows["query"].tolist(), max_new_tokens=g.max_new_tokens, system=g.system,
         risk_name=g.risk_name, batch_size=g.batch_size)
     seconds = time.perf_counter() - start
@@ -403,8 +404,7 @@ def _guard_rows(p, g, held: pd.DataFrame, models, shards: store.ShardStore) -> p
         "score_id": [f"policy|{g.model}|s{p.seed}|{i}" for i in rows["item_id"]],
         "prompt_id": rows["prompt_id"].to_numpy(), "item_id": rows["item_id"].to_numpy(),
         "role": rows["role"].to_numpy(), "model": g.model, "seed": p.seed,
-        "verdict": texts, "new_tokens": new_tokens, "finish": finish, "prompt_tokens": lengths,
-        "kind": "guard", "convention": g.convention,
+        "verdict": texts, "kind": "guard", "convention": g.convention,
         "arm_route": f"guard model {spec.source} read under the {g.convention} convention"
                      + (" (prompted with a system text)" if g.system else ""),
         "last_signal": "unknown", "trained_params": np.nan, "total_params": np.nan, "train_s": 0.0,
