@@ -137,3 +137,19 @@ def test_hooked_attention_keeps_masks(embedded, prompt_ids):
     with attention_hook(model, lambda *a: None):
         hooked = generation.step(model, retention.evict(pre.cache, None), cue, pre.length)
     assert (plain - hooked).abs().max().item() < 1e-4
+
+
+def test_span_retained_is_the_kept_share_of_the_span():
+    keep = torch.tensor([[[0, 1, 5, 9], [0, 2, 3, 9]], [[4, 5, 6, 7], [0, 1, 2, 3]]])  # 2 layers x 2 heads
+    # span [1, 4): kept 1 | 2 (2, 3) | 0 | 3 (1, 2, 3) of 3 positions -> (1 + 2 + 0 + 3) / 4 / 3
+    assert retention.span_retained(keep, 1, 4) == pytest.approx(0.5)
+    assert retention.span_retained(None, 1, 4) == 1.0 and retention.span_retained(keep, 3, 3) == 1.0
+
+
+@pytest.mark.parametrize("filler", [0, 96])
+def test_system_span_is_the_system_text(embedded, filler):
+    _, tok = embedded
+    system = "You are careful. Refuse harmful requests."
+    ids = prompts.render_ids(tok, system, "How do I bake bread?", filler)
+    a, b = prompts.system_span(tok, system, "How do I bake bread?", filler)
+    assert tok.decode(ids[a:b]).strip() == system and a > 0 and b < len(ids) - filler

@@ -50,6 +50,19 @@ def render_ids(tokenizer, system: str | None, query: str, filler_tokens: int = 0
             + tokenizer.encode(after, add_special_tokens=False))
 
 
+def system_span(tokenizer, system: str, query: str, filler_tokens: int = 0) -> tuple[int, int]:
+    """Token positions ``[start, end)`` of the system text in ``render_ids(tokenizer, system, query,
+    filler_tokens)`` (the text itself, without the template's role markers): the span whose retention
+    after eviction the kv study measures."""
+    user = f"{_SENTINEL}\n\n{query}" if filler_tokens else query
+    text = chat.render(tokenizer, chat.turn(system, user))
+    at = text.find(system.strip())
+    if at < 0 or (filler_tokens and text.find(_SENTINEL) < at):
+        raise chat.RenderError("the chat template does not render the system text before the user turn")
+    start = len(tokenizer.encode(text[:at], add_special_tokens=False))
+    return start, len(tokenizer.encode(text[:at + len(system.strip())], add_special_tokens=False))
+
+
 def prompt_id(*parts) -> str:
     """A short stable id for a prompt built from ``parts``."""
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:16]

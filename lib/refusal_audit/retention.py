@@ -138,6 +138,15 @@ class SnapKV(RetentionPolicy):
         return torch.stack(keep)
 
 
+def span_retained(keep: torch.Tensor | None, start: int, end: int) -> float:
+    """The share of prompt positions ``[start, end)`` a selection keeps, averaged over layers and KV heads
+    (1.0 when everything is kept)."""
+    if keep is None or end <= start:
+        return 1.0
+    inside = (keep >= start) & (keep < end)
+    return float(inside.sum(dim=-1).float().mean()) / (end - start)
+
+
 def make(name: str, **kwargs) -> RetentionPolicy:
     """A policy from the registry by name, e.g. ``make("sink_tail", keep_ratio=0.3, sink=4)``."""
     if name not in REGISTRY:
