@@ -256,8 +256,8 @@ def test_a_class_validated_below_the_floor_falls_back_to_the_seed():
     table, the accuracy table and the verdict say which class fell back, its accuracy and the floor."""
     e = np.tile([[1.0, 0.0]], (6, 1))
     rows = pd.DataFrame({"cluster_id": list("aaabbb"), "member": [0, 1, 2, 0, 1, 2],
-                         "label": ["safe"] * 3 + ["unsafe"] * 3, "prompt": ["p q", "r s", "t u", "v w", "x y", "z k"]})
-    scores = np.array([0.8, 0.9, 0.7, 0.2, 0.1, 0.8])
+                         "label": ["safe"] * 3 + ["unsafe"] * 3, "prompt": ["p q", "r s", "t u", "v w", "v w", "z k"]})
+    scores = np.array([0.8, 0.9, 0.7, 0.2, 0.1, 0.8])  # b-1 also repeats its seed: it fails Jaccard too
     gates = C.GateParams(min_accuracy=0.5)
     out = CL.apply_gates(rows, e, scores, gates, {"safe": 0.3, "unsafe": 0.9})
     assert out["gate_side"].tolist() == ["seed"] * 3 + ["label"] * 3
@@ -268,9 +268,14 @@ def test_a_class_validated_below_the_floor_falls_back_to_the_seed():
     # every class trusted: both clusters held to their labels
     trusted = CL.apply_gates(rows, e, scores, gates, {"safe": 0.6, "unsafe": 0.9})
     assert trusted["gate_safety"].tolist() == [True, False, False, True, False, True]
+    whole = A.gate_drops(trusted.rename(columns={"cluster_id": "cluster"})).set_index(["label", "rule"])
+    assert whole.loc[("all", "cluster"), ["n", "dropped"]].tolist() == [2, 1]  # cluster a kept its seed alone
+    assert whole.loc[("safe", "cluster"), "dropped"] == 1 and whole.loc[("unsafe", "cluster"), "dropped"] == 0
     items = out.rename(columns={"cluster_id": "cluster"})
     drops = A.gate_drops(items).set_index(["label", "rule"])
-    assert drops.loc[("all", "safety"), ["n", "dropped", "only"]].tolist() == [4, 1, 1]
+    assert drops.loc[("all", "safety"), ["n", "dropped", "only"]].tolist() == [4, 1, 0]
+    assert drops.loc[("all", "jaccard"), ["dropped", "only"]].tolist() == [1, 0]
+    assert drops.loc[("all", "any"), "dropped"] == 1 and drops.loc[("all", "cluster"), "dropped"] == 0
     assert drops.loc[("unsafe", "safety"), "dropped"] == 1 and drops.loc[("safe", "safety"), "dropped"] == 0
     lines = C.gate_verdict(gates, A.gate_drops(items), pd.DataFrame([
         {"class": "safe", "held_out": "x", "accuracy": 0.3, "label_error": 0.2, "floor": 0.5, "gate": "seed",
