@@ -7,8 +7,9 @@ of it? A global false-rejection rate scores each prompt alone and cannot see thi
 01 items: paraphrase clusters (``data/confusion/clusters.csv``: seeds from XSTest safe and
    JailbreakBench benign, HarmBench as harmful contrast, 5 hand-written paraphrases each; or seeds
    paraphrased by a params-named LLM, ``paraphrase.py``), every paraphrase gated against its seed
-   (cosine >= tau, Jaccard distance >= delta, safety ensemble reads the same label; ``clusters.py``,
-   ``safety.py``); failures kept with their reason.
+   (cosine >= tau, Jaccard distance >= delta, safety ensemble not on the other side of the intended
+   label, or of the seed's read for a class validated below ``min_accuracy``; near-duplicates collapse;
+   ``clusters.py``, ``safety.py``); failures kept with their reason.
 02 prompts: each included prompt in each model's chat template, with the span of the user's text.
 03 generate: per model, FIRST the token signals of every prompt (one batched forward pass each,
    cached per (model, prompt); ``signals.py``) and from them drift and next-token shift of the pairs
@@ -19,7 +20,8 @@ of it? A global false-rejection rate scores each prompt alone and cannot see thi
 05 analyse: per arm (model x judge), neighbourhoods over the model's whole corpus (blocked exact
    search; cluster scope as an option): Confusion Rate, Confusion Index (and each signal alone),
    Confusion Depth, FRR, with bootstrap CIs over intents; FRR vs Confusion Rate and where they
-   disagree; gate pass rates; the planted control (``analysis.py``).
+   disagree; gate pass rates, drops per rule and the safety gate's validated accuracy; the planted
+   control (``analysis.py``).
 06 figures: the per-cluster confusion map, the CI distribution, FRR vs Confusion Rate (``charts.py``).
 
 Definitions and the choices the paper leaves open: ``DEFINITIONS.md``.
@@ -543,7 +545,10 @@ def reporting(p) -> dict[str, str]:
             f"ppl| / {m.contrast_scale})). **Confusion Depth** ({m.depth_method}, {m.depth_k} neighbours): how far "
             "inside the accepted region a rejection sits. **FRR**: rejected / prompts on the benign clusters. "
             f"**Gates**: cosine to the seed >= {g.tau}, token Jaccard distance >= {g.delta}, the safety ensemble "
-            f"(P(unsafe) threshold {g.safety_threshold}, margin {g.safety_margin}) reads no label change. Full "
+            f"(P(unsafe) threshold {g.safety_threshold}, margin {g.safety_margin}) does not read the paraphrase on the "
+            f"other side of its cluster's {'intended label' if g.safety_against == 'label' else 'seed'} (a class "
+            f"validated below {g.min_accuracy} is held to its seed's read), near-duplicates (shingle Jaccard >= "
+            f"{g.near_duplicate}) collapse to one. Full "
             "definitions: `lib/refusal_audit/studies/confusion/DEFINITIONS.md`."),
         "seed_floor": (
             "Nothing with a seed is trained. The safety gate's three prompt classifiers are fitted at run time, "
@@ -568,7 +573,8 @@ def summary(p, stage: str, table) -> list:
     if stage == "items":
         para = table[table["member"] > 0]
         gates = para.groupby("dataset")[["gate_cosine", "gate_jaccard", "gate_safety", "included"]].mean()
-        side = "its cluster's label" if c.gates.safety_against == "label" else "its seed's read"
+        side = (f"its cluster's label (a class validated below {c.gates.min_accuracy} is held to its seed's read; "
+                "`gate_side`)" if c.gates.safety_against == "label" else "its seed's read")
         return [table.groupby(["dataset", "label"]).agg(clusters=("cluster", "nunique"), prompts=("item_id", "size"),
                                                         included=("included", "sum")),
                 "Share of paraphrases passing each gate (seeds are the reference):", gates.round(3),
@@ -597,6 +603,9 @@ def summary(p, stage: str, table) -> list:
                  "Pairs of arms where FRR and Confusion Rate order them differently:",
                  table["arm_pairs"][table["arm_pairs"]["disagree"]].round(3) if "arm_pairs" in table else "none",
                  "Gate pass rates:", table["gates"][table["gates"]["dataset"] == "all"].round(3),
+                 "Paraphrases dropped per rule:", table["gate_drops"][table["gate_drops"]["label"] == "all"],
+                 "The safety gate's validated accuracy per class (A) and label error (E):",
+                 table["gate_accuracy"].round(3),
                  "Planted control (known answers, recovered by the same code):", table["planted"].round(4)]
         return shown + ["**Verdicts**", "\n".join(f"- {v}" for v in verdicts(p, table))]
     if stage == "figures":

@@ -25,18 +25,18 @@ Classifiers (each gives P(unsafe)):
   evidence than its embedding.
 
 **Ensemble**: P(unsafe) = mean of the three; the verdict is unsafe at or above
-``gates.safety_threshold`` (default 0.5). **Gate** (``clusters.apply_gates``): a paraphrase passes
-when its verdict equals its seed's, i.e. the label the ensemble reads for the intent did not
-change. The gate compares with the seed, not with the intended label, because the classifiers are
-imperfect on look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one): a
-seed the ensemble misreads does not condemn its paraphrases. The ensemble's accuracy on the seeds
-against their intended labels is reported (``seed_accuracy``) so its reliability is visible.
+``gates.safety_threshold`` (default 0.5). **Gate** (``clusters.apply_gates``): a paraphrase must not
+read decisively on the other side of its cluster's intended label; a class whose validated accuracy
+(``class_accuracy``) is below ``gates.min_accuracy`` is held to its seed's read instead, because a
+classifier that misreads look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one)
+would otherwise drop genuine paraphrases for its own misreading. ``safety_against: seed`` holds every
+class to the seed's read.
 
 **Validation** (``validation``; committed as ``assets/safety_validation.csv`` by ``python -m
 refusal_audit.studies.confusion.safety``): on sets it never trained on (XSTest's safe prompts vs their
 unsafe contrasts, fitted without any XSTest prompt; JailbreakBench benign vs harmful, fitted without
-JailbreakBench). ``gates.safety_against: label`` gates against the cluster's intended label instead of
-the seed's read (for a classifier that this validation shows can carry it; see DEFINITIONS.md).
+JailbreakBench); the per-prompt held-out scores are committed too (``assets/safety_validation_scores.csv``,
+no text), so ``class_accuracy`` gives the gate's accuracy per class at any threshold and margin.
 """
 from __future__ import annotations
 
