@@ -1,5 +1,5 @@
 """Paraphrase clusters: reading them (the repository's file, a user's CSV, or seeds for the LLM
-paraphraser), checking them before any work, and the three gates every paraphrase must pass.
+paraphraser), checking them before any work, and the gates every paraphrase must pass.
 
 A cluster is one intent: its seed (``member`` 0; for a user's CSV, the cluster's first row) and its
 paraphrases. Gates, each against the cluster's seed (thresholds in params, ``confusion.gates``):
@@ -10,13 +10,16 @@ paraphrases. Gates, each against the cluster's seed (thresholds in params, ``con
   text.lower()))``, distance = 1 - |A & B| / |A | B| (compared with a 1e-12 tolerance, so that
   1 - 4/5 counts as 0.2): the surface changed;
 * **safety**: the safety ensemble (``safety.py``) does not read the paraphrase decisively on the
-  other side of its seed: with the seed read safe (P(unsafe) < t, t = ``safety_threshold``), the
-  paraphrase fails when P(unsafe) >= t + m; with the seed read unsafe, when P(unsafe) < t - m
-  (m = ``safety_margin``; m = 0 is plain equality of the two verdicts). With ``safety_against:
-  label`` the side is the cluster's intended label (safe | unsafe) instead of the seed's read. The
-  margin exists because the classifiers move by a few hundredths with the form of a request (a
-  question reads safer than an imperative): at m = 0 the hand-written set loses 13 of its 240
-  paraphrases, 11 of them to scores that cross 0.5 by less than 0.1, all of them benign look-alikes.
+  other side of its cluster's intended label (safe | unsafe; ``safety_against: label``, the default):
+  held to safe, the paraphrase fails when P(unsafe) >= t + m; held to unsafe, when P(unsafe) < t - m
+  (t = ``safety_threshold``, m = ``safety_margin``; m = 0 is plain equality). A class whose validated
+  accuracy (``safety.validated_accuracy``) is below ``min_accuracy``, an unlabelled cluster, or
+  ``safety_against: seed`` hold the paraphrase to its seed's read instead (``gate_side`` says which).
+  The margin exists because the classifiers move by a few hundredths with the form of a request (a
+  question reads safer than an imperative).
+* **near-duplicate**: a paraphrase that passed the three gates and is a near-duplicate of an earlier
+  member of its cluster (the contamination audit's normalised match, or Jaccard of its character
+  3-gram shingles >= ``near_duplicate``, default 0.9) collapses into it (``near_duplicates``).
 
 A paraphrase that fails a gate stays in the items table with ``included`` False and a
 ``gate_reason`` naming every gate it failed and by how much; nothing is dropped silently. A cluster
@@ -225,10 +228,49 @@ def seed_index(rows: pd.DataFrame) -> np.ndarray:
     return np.array([seeds[c] for c in rows["cluster_id"]])
 
 
-def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.ndarray, gates) -> pd.DataFrame:
-    """The three gates for every paraphrase against its seed. ``embeddings``: unit-norm, one per row;
-    ``safety_scores``: the ensemble's P(unsafe) per row. Adds cos_to_seed, jaccard_to_seed,
-    safety_score, seed_safety_score, gate_cosine, gate_jaccard, gate_safety, included, gate_reason."""
+def near_duplicates(rows: pd.DataFrame, candidates: np.ndarray, threshold: float) -> list[str]:
+    """Within each cluster, in member order (the seed first), each candidate row that is a near-duplicate
+    of an earlier kept candidate of its cluster collapses into it: equal after the contamination audit's
+    ``normalise``, or Jaccard of their shingle sets (``contamination.shingles``: character 3-grams of the
+    normal form) >= ``threshold``. Returns per row "" or the reason it collapsed."""
+    from ...contamination import normalise, shingles
+
+    why = [""] * len(rows)
+    kept: dict[str, list[tuple[int, str, set[str]]]] = {}
+    for i in np.argsort(rows["member"].to_numpy(), kind="stable"):
+        if not candidates[i]:
+            continue
+        text = rows["prompt"].iat[i]
+        own, normal = shingles(text), normalise(text)
+        earlier = kept.setdefault(rows["cluster_id"].iat[i], [])
+        for member, other_normal, other in earlier:
+            j = len(own & other) / len(own | other)
+            if normal == other_normal or j >= threshold - JACCARD_TOLERANCE:
+                why[i] = f"near-duplicate of member {member} (shingle Jaccard {j:.2f} >= {threshold:g})"
+                break
+        else:
+            earlier.append((int(rows["member"].iat[i]), normal, own))
+    return why
+
+
+def held_to_label(gates, accuracy: dict[str, float] | None) -> list[str]:
+    """The classes whose paraphrases the safety gate holds to the intended label: none under
+    ``safety_against: seed``; otherwise those validated at or above ``gates.min_accuracy`` (all when
+    ``accuracy`` is None)."""
+    if gates.safety_against != "label":
+        return []
+    return [c for c in LABELS if accuracy is None or accuracy[c] >= gates.min_accuracy]
+
+
+def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.ndarray, gates,
+                accuracy: dict[str, float] | None = None) -> pd.DataFrame:
+    """The gates for every paraphrase against its seed, then the near-duplicate collapse. ``embeddings``:
+    unit-norm, one per row; ``safety_scores``: the ensemble's P(unsafe) per row; ``accuracy``: the
+    safety gate's validated accuracy per class (``safety.validated_accuracy``; None: every class
+    trusted). Under ``safety_against: label`` a class validated below ``gates.min_accuracy`` is held to
+    its seed's read instead. Adds cos_to_seed, jaccard_to_seed, safety_score, seed_safety_score,
+    gate_side (label | seed: what the safety gate held the row to), gate_class (the side: safe |
+    unsafe), gate_cosine, gate_jaccard, gate_safety, gate_near_duplicate, included, gate_reason."""
     out = rows.reset_index(drop=True).copy()
     s = seed_index(out)
     out["cos_to_seed"] = np.einsum("ij,ij->i", embeddings, embeddings[s]).astype(float)
@@ -236,17 +278,22 @@ def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.nd
     out["safety_score"] = np.asarray(safety_scores, dtype=float)
     out["seed_safety_score"] = out["safety_score"].to_numpy()[s]
     t, m = gates.safety_threshold, gates.safety_margin
-    side = out["seed_safety_score"] >= t  # the side to stay on: unsafe = True
+    side = (out["seed_safety_score"] >= t).to_numpy()  # the side to stay on: unsafe = True
     labelled = np.zeros(len(out), dtype=bool)
     if gates.safety_against == "label" and "label" in out:
         intended = out["label"].to_numpy()[s]
-        labelled = np.isin(intended, LABELS)
+        labelled = np.isin(intended, held_to_label(gates, accuracy))
         side = np.where(labelled, intended == "unsafe", side)
+    out["gate_side"] = np.where(labelled, "label", "seed")
+    out["gate_class"] = np.where(side, "unsafe", "safe")
     changed = np.where(side, out["safety_score"] < t - m, out["safety_score"] >= t + m)
     seed = out["member"] == 0
     out["gate_cosine"] = seed | (out["cos_to_seed"] >= gates.tau)
     out["gate_jaccard"] = seed | (out["jaccard_to_seed"] >= gates.delta - JACCARD_TOLERANCE)
     out["gate_safety"] = seed | (not gates.safety) | ~changed
+    duplicate = near_duplicates(out, (out["gate_cosine"] & out["gate_jaccard"] & out["gate_safety"]).to_numpy(),
+                                gates.near_duplicate)
+    out["gate_near_duplicate"] = [d == "" for d in duplicate]
     reasons = []
     for i, (_, r) in enumerate(out.iterrows()):
         why = [r["paraphraser_note"]] if r.get("paraphraser_note") else []
@@ -261,6 +308,8 @@ def apply_gates(rows: pd.DataFrame, embeddings: np.ndarray, safety_scores: np.nd
             against = (f"the cluster is labelled {other}" if labelled[i] else
                        f"seed reads {other} ({r['seed_safety_score']:.2f})")
             why.append(f"safety: ensemble reads {said} (P(unsafe) {r['safety_score']:.2f} {bound}), {against}")
+        if duplicate[i]:
+            why.append(duplicate[i])
         reasons.append("; ".join(why))
     out["gate_reason"] = reasons
     out["included"] = out["gate_reason"] == ""

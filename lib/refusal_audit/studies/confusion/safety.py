@@ -25,18 +25,18 @@ Classifiers (each gives P(unsafe)):
   evidence than its embedding.
 
 **Ensemble**: P(unsafe) = mean of the three; the verdict is unsafe at or above
-``gates.safety_threshold`` (default 0.5). **Gate** (``clusters.apply_gates``): a paraphrase passes
-when its verdict equals its seed's, i.e. the label the ensemble reads for the intent did not
-change. The gate compares with the seed, not with the intended label, because the classifiers are
-imperfect on look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one): a
-seed the ensemble misreads does not condemn its paraphrases. The ensemble's accuracy on the seeds
-against their intended labels is reported (``seed_accuracy``) so its reliability is visible.
+``gates.safety_threshold`` (default 0.5). **Gate** (``clusters.apply_gates``): a paraphrase must not
+read decisively on the other side of its cluster's intended label; a class whose validated accuracy
+(``class_accuracy``) is below ``gates.min_accuracy`` is held to its seed's read instead, because a
+classifier that misreads look-alikes (a JailbreakBench benign behaviour is a near twin of a harmful one)
+would otherwise drop genuine paraphrases for its own misreading. ``safety_against: seed`` holds every
+class to the seed's read.
 
 **Validation** (``validation``; committed as ``assets/safety_validation.csv`` by ``python -m
 refusal_audit.studies.confusion.safety``): on sets it never trained on (XSTest's safe prompts vs their
 unsafe contrasts, fitted without any XSTest prompt; JailbreakBench benign vs harmful, fitted without
-JailbreakBench). ``gates.safety_against: label`` gates against the cluster's intended label instead of
-the seed's read (for a classifier that this validation shows can carry it; see DEFINITIONS.md).
+JailbreakBench); the per-prompt held-out scores are committed too (``assets/safety_validation_scores.csv``,
+no text), so ``class_accuracy`` gives the gate's accuracy per class at any threshold and margin.
 """
 from __future__ import annotations
 
@@ -127,36 +127,81 @@ def _fitted(pool: pd.DataFrame, emb: np.ndarray, n_left_out: int) -> Ensemble:
 HELD_OUT = {"xstest": ("xstest_safe", "xstest_unsafe"),
             "jailbreakbench": ("jailbreakbench_benign", "jailbreakbench_harmful")}
 VALIDATION = Path(__file__).resolve().parents[2] / "assets" / "safety_validation.csv"
+VALIDATION_SCORES = VALIDATION.with_name("safety_validation_scores.csv")  # per held-out prompt, no text
 
 
-def validation(embed, threshold: float = 0.5) -> pd.DataFrame:
-    """Each classifier and the ensemble on labelled prompts it never trained on: XSTest's safe prompts
-    against their unsafe contrasts, read by the ensemble fitted on the pool without any XSTest prompt,
-    and JailbreakBench's benign behaviours against their harmful twins, fitted without JailbreakBench.
-    Per set and classifier: accuracy at ``threshold``, the share of safe prompts read safe and of unsafe
-    ones read unsafe, and the AUC (threshold-free)."""
-    from sklearn.metrics import roc_auc_score
-
+def validation_scores(embed) -> pd.DataFrame:
+    """Every held-out prompt's P(unsafe) per classifier and ensemble (no text): XSTest's safe prompts and
+    their unsafe contrasts read by the ensemble fitted on the pool without any XSTest prompt, and
+    JailbreakBench's benign behaviours and their harmful twins, fitted without JailbreakBench. Columns
+    held_out, unsafe, the classifiers, ensemble."""
     pool = reference_pool()
     emb = embed(pool["text"].tolist())
-    rows = []
+    parts = []
     for name, sources in HELD_OUT.items():
         held = pool["source"].isin(sources).to_numpy()
         ensemble = _fitted(pool[~held].reset_index(drop=True), emb[~held], int(held.sum()))
         test = pool[held]
         scores = ensemble.scores(test["text"].tolist(), emb[held])
-        y = test["unsafe"].to_numpy(dtype=bool)
+        parts.append(scores.assign(held_out=name, unsafe=test["unsafe"].to_numpy(dtype=bool)))
+    out = pd.concat(parts, ignore_index=True)
+    return out[["held_out", "unsafe", *CLASSIFIERS, "ensemble"]]
+
+
+def summarise(scores: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
+    """Per held-out set and classifier: accuracy at ``threshold``, the share of safe prompts read safe and
+    of unsafe ones read unsafe, and the AUC (threshold-free)."""
+    from sklearn.metrics import roc_auc_score
+
+    rows = []
+    for name, d in scores.groupby("held_out", sort=False):
+        y = d["unsafe"].to_numpy(dtype=bool)
         for c in (*CLASSIFIERS, "ensemble"):
-            read = scores[c].to_numpy() >= threshold
+            read = d[c].to_numpy() >= threshold
             rows.append({"held_out": name, "classifier": c, "n_safe": int((~y).sum()), "n_unsafe": int(y.sum()),
                          "accuracy": float((read == y).mean()), "safe_read_safe": float((~read[~y]).mean()),
-                         "unsafe_read_unsafe": float(read[y].mean()), "auc": float(roc_auc_score(y, scores[c]))})
+                         "unsafe_read_unsafe": float(read[y].mean()), "auc": float(roc_auc_score(y, d[c]))})
     return pd.DataFrame(rows)
+
+
+def validation(embed, threshold: float = 0.5) -> pd.DataFrame:
+    """Each classifier and the ensemble on labelled prompts it never trained on (``validation_scores``),
+    summarised at ``threshold`` (``summarise``)."""
+    return summarise(validation_scores(embed), threshold)
+
+
+def class_accuracy(scores: pd.DataFrame, threshold: float, margin: float) -> pd.DataFrame:
+    """The gate's validated accuracy per class, from held-out ensemble scores (``validation_scores``).
+
+    A paraphrase held to side c passes unless read decisively on the other side: safe side while
+    P(unsafe) < t + m, unsafe side while P(unsafe) >= t - m. Per held-out set and class c:
+    ``accuracy`` = share of the set's class-c prompts that the side-c gate passes; ``label_error`` =
+    share of the prompts the side-c gate passes that belong to the other class (1 - its precision on
+    that set). Rows ``held_out`` = ``worst``: the lowest accuracy and the highest label_error over the
+    sets (what the gate uses: a class must be carried on every set it was validated on)."""
+    rows = []
+    for name, d in scores.groupby("held_out", sort=False):
+        y, p = d["unsafe"].to_numpy(dtype=bool), d["ensemble"].to_numpy(dtype=float)
+        for cls, truth, passes in (("safe", ~y, p < threshold + margin), ("unsafe", y, p >= threshold - margin)):
+            rows.append({"class": cls, "held_out": name, "n": int(truth.sum()),
+                         "accuracy": float(passes[truth].mean()),
+                         "label_error": float((passes & ~truth).sum() / max(int(passes.sum()), 1))})
+    out = pd.DataFrame(rows)
+    worst = out.groupby("class", sort=False).agg(n=("n", "sum"), accuracy=("accuracy", "min"),
+                                                 label_error=("label_error", "max")).reset_index()
+    return pd.concat([out, worst.assign(held_out="worst")], ignore_index=True)
+
+
+def validated_accuracy(threshold: float, margin: float) -> pd.DataFrame:
+    """``class_accuracy`` of the committed held-out scores (``assets/safety_validation_scores.csv``)."""
+    return class_accuracy(pd.read_csv(VALIDATION_SCORES), threshold, margin)
 
 
 if __name__ == "__main__":  # python -m refusal_audit.studies.confusion.safety: rewrite the committed validation
     from ...encoder import embed
 
-    table = validation(embed)
+    held = validation_scores(embed)
+    held.to_csv(VALIDATION_SCORES, index=False, float_format="%.6f")
+    table = summarise(held)
     table.to_csv(VALIDATION, index=False, float_format="%.4f")
     print(table.round(3).to_string(index=False))
