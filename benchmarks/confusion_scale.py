@@ -4,7 +4,7 @@ signal pairs, Parquet I/O and the statistics stage at 1,000 / 3,000 / 10,000 pro
 Corpus: the paper file's 841 seeds (XSTest safe and unsafe, JailbreakBench benign and harmful,
 HarmBench), embedded by the shipped encoder (``refusal_audit.encoder.embed``, MiniLM), so the
 cross-cluster structure is real (XSTest's safe prompts and their unsafe contrasts are topic-matched).
-Each size keeps round(n / 12) seeds (all 841 at 10k: 10,092 prompts) and gives each 11 perturbed
+Each size keeps round(n / 12) seeds (all 841 at the paper's 10,092 prompts) and gives each 11 perturbed
 "paraphrases": p = c s + sqrt(1 - c^2) u, with cos(p, s) = c resampled from the cosines of the default
 corpus's 240 hand-written paraphrases to their seeds (mean 0.94, 5 % quantile 0.83; all pass the
 gate's tau 0.70) and u a random direction of the seeds' own covariance, orthogonal to s. Across
@@ -21,7 +21,9 @@ decision); (3) Parquet: the pair table (``pair_signals.parquet``) and the genera
 their nested pairs (``pairs.nest``), written with ``store.write_atomic`` and read back; drift /
 shift values are random (I/O does not depend on them); (4) ``stats``: the statistics stage's path,
 ``pairs.unnest`` -> ``pairs.lookup`` -> ``metrics.score`` with pairs (CI over N_k), timed per N_k
-pair and per event; ``uncovered``: N_k pairs the cover missed (CI NaN there).
+pair and per event; ``uncovered``: N_k pairs the cover missed (CI NaN there); ``cover_50/95/100``: the
+cover each rejected prompt's N_k needs (the rank of its k-th accepted neighbour among the prompts that
+may share its meaning), at the median, 95 % and all rejections.
 
 Per vocabulary (49,152 SmolLM2, hidden 576; 128,256 Llama 3, hidden 4,096; 256,000 Gemma 2, hidden
 3,584; 24 user-span tokens): the cost of one pair's signals (drift + next-token JSD, ``pairs.compute``)
@@ -29,7 +31,7 @@ is measured on ``--sample`` pairs (it does not depend on n); the signal-pair CPU
 that cost x the pairs (extrapolated, marked so), beside the cost of the N_k pairs alone, and the RAM
 the generation stage holds for one model's signals (n x (vocab + tokens x hidden) float32).
 
-Run: ``nice -n 10 .venv/bin/python benchmarks/confusion_scale.py [--sizes 1000 3000 10000] [--sample 200]``
+Run: ``nice -n 10 .venv/bin/python benchmarks/confusion_scale.py [--sizes 1000 3000 10092] [--sample 200]``
 (about 3 minutes of CPU at the defaults).
 """
 from __future__ import annotations
@@ -102,6 +104,22 @@ def measure(fn):
     return out, round(wall, 2), round(peak, 1)
 
 
+def cover_needed(sim, prompts: pd.DataFrame, k: int) -> np.ndarray:
+    """Per rejected prompt: the cover (``neighbours.signal_pairs``) that reaches its k-th nearest accepted
+    prompt among those that may share its meaning, i.e. that prompt's rank among them all."""
+    from refusal_audit.studies.confusion import neighbours as N
+
+    clusters, labels = prompts["cluster"].to_numpy(), prompts["label"].to_numpy(dtype=object)
+    accepted = prompts["accepted"].to_numpy(dtype=bool)
+    out = []
+    for chunk, rows in N.blocks(np.flatnonzero(~accepted), sim):
+        for i, row in zip(chunk, rows):
+            cand = N.may_share(i, clusters, labels) & N.scope_mask(i, clusters, "corpus")
+            near = N.top(row, cand & accepted, k)
+            out.append(int(np.sum(cand & (row >= row[near[-1]]))) if len(near) else 0)
+    return np.array(out)
+
+
 def one_size(seeds_file: Path, n: int) -> dict:
     """Stages (1)-(4) of the module doc at one size; a dict of counts, seconds and MiB."""
     from refusal_audit import store
@@ -151,12 +169,14 @@ def one_size(seeds_file: Path, n: int) -> dict:
         f.unlink()
     out.rmdir()
     rej = full[~full["accepted"]]
+    need = cover_needed(sim, prompts, cp.k)
     nk, events = int(rej["n_neighbours"].sum()), int(rej["n_events"].sum())
     return {"prompts": len(prompts), "clusters": int(prompts["cluster"].nunique()), "rejected": len(rej),
             "nk_pairs": nk, "events": events, "cross_events": int(rej["n_cross_events"].sum()),
             "events_removed": int(rej["n_events_removed"].sum()), "confused": int(rej["confused"].sum()),
             "signal_pairs": len(same), "uncovered": int(rej["n_uncovered"].sum()),
-            "ci_nan": int(rej["ci"].isna().sum()), "same_as_search": bool((full["n_events"] == scored["n_events"]).all()),
+            "ci_nan": int(rej["ci"].isna().sum()),
+            **{f"cover_{q}": int(np.quantile(need, q / 100, method="higher")) for q in (50, 95, 100)}, "same_as_search": bool((full["n_events"] == scored["n_events"]).all()),
             "search_s": search_s, "signal_pairs_s": pairs_s, "parquet_write_s": write_s, "parquet_read_s": read_s,
             "parquet_MiB": round(mb, 1), "stats_s": stats_s, "stats_us_per_nk_pair": round(1e6 * stats_s / max(nk, 1), 1),
             "stats_us_per_event": round(1e6 * stats_s / max(events, 1), 1),
@@ -213,7 +233,7 @@ def main(sizes: list[int], sample: int) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10092])
     ap.add_argument("--sample", type=int, default=200, help="pairs timed per vocabulary")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--seeds-file", type=Path, help=argparse.SUPPRESS)
