@@ -27,12 +27,15 @@ may share its meaning), at the median, 95 % and all rejections.
 
 Per vocabulary (49,152 SmolLM2, hidden 576; 128,256 Llama 3, hidden 4,096; 256,000 Gemma 2, hidden
 3,584; 24 user-span tokens): the cost of one pair's signals (drift + next-token JSD, ``pairs.compute``)
-is measured on ``--sample`` pairs (it does not depend on n); the signal-pair CPU time at each size is
+is measured on ``--sample`` pairs, the least of 5 repeats (it does not depend on n); the signal-pair CPU time at each size is
 that cost x the pairs (extrapolated, marked so), beside the cost of the N_k pairs alone, and the RAM
-the generation stage holds for one model's signals (n x (vocab + tokens x hidden) float32).
+the generation stage holds for one model's signals (n x (vocab + tokens x hidden) float32). Much of
+the cost at 128k-256k is page faults: every pair allocates fresh float64 temporaries of the vocabulary's
+size, which glibc may map and unmap each time; ``ms_per_pair_heap`` is the same code with glibc told to keep freed
+blocks (``MALLOC_MMAP_THRESHOLD_``), each in a fresh interpreter.
 
-Run: ``nice -n 10 .venv/bin/python benchmarks/confusion_scale.py [--sizes 1000 3000 10092] [--sample 200]``
-(about 3 minutes of CPU at the defaults).
+Run: ``nice -n 10 .venv/bin/python benchmarks/confusion_scale.py [--sizes 1000 3000 10092] [--sample 100]``
+(about 1.5 minutes of CPU at the defaults).
 """
 from __future__ import annotations
 
@@ -184,9 +187,10 @@ def one_size(seeds_file: Path, n: int) -> dict:
             "rss_after_imports_MiB": round(rss0, 1), "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-def pair_cost(vocab: int, hidden: int, sample: int, pool: int = 32) -> float:
+def pair_cost(vocab: int, hidden: int, sample: int, pool: int = 32, repeats: int = 5) -> float:
     """Milliseconds per pair of ``pairs.compute`` (drift + JSD; the table's dedupe) on ``sample`` pairs
-    of ``pool`` synthetic signals objects of this vocabulary and hidden size."""
+    of ``pool`` synthetic signals objects of this vocabulary and hidden size: the least of ``repeats`` (the
+    cost itself; other processes on the machine only add to it, up to twice at 256k on this machine)."""
     from types import SimpleNamespace
 
     from refusal_audit.studies.confusion import pairs as P
@@ -196,30 +200,43 @@ def pair_cost(vocab: int, hidden: int, sample: int, pool: int = 32) -> float:
                             next_token_logprobs=np.log(rng.dirichlet(np.full(vocab, 0.1)) + 1e-30).astype(np.float32),
                             token_logprobs=-rng.exponential(size=TOKENS - 1)) for _ in range(pool)]
     every = np.array([(i, j) for i in range(pool) for j in range(i + 1, pool)])
-    chosen = every[rng.choice(len(every), min(sample, len(every)), replace=False)]
     keys = [P.prompt_key("bench", -1, [i], 0, 1) for i in range(pool)]
-    start = time.perf_counter()
-    _, new = P.compute(keys, sigs, chosen, "greedy", "jsd")
-    return 1000 * (time.perf_counter() - start) / new
+    times = []
+    for _ in range(repeats):
+        chosen = every[rng.choice(len(every), min(sample, len(every)), replace=False)]
+        start = time.perf_counter()
+        _, new = P.compute(keys, sigs, chosen, "greedy", "jsd")
+        times.append(1000 * (time.perf_counter() - start) / new)
+    return float(np.min(times))
+
+
+HEAP = {"MALLOC_MMAP_THRESHOLD_": "4000000000", "MALLOC_TRIM_THRESHOLD_": "4000000000"}  # glibc: freed blocks reused
+
+
+def child(*args: str, env: dict | None = None) -> dict:
+    """This script's hidden mode in a fresh interpreter: its last stdout line, as JSON."""
+    import os
+
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if done.returncode:
+        sys.exit(f"{' '.join(args)} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(sizes: list[int], sample: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = seeds(Path(tmp) / "seeds.npz")
-        rows = []
-        for n in sizes:  # a fresh interpreter per size: its own peak RSS
-            done = subprocess.run([sys.executable, __file__, "--one", str(n), "--seeds-file", str(path)],
-                                  capture_output=True, text=True)
-            if done.returncode:
-                sys.exit(f"size {n} failed:\n{done.stderr}")
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        rows = [child("--one", str(n), "--seeds-file", str(path)) for n in sizes]  # each its own peak RSS
     sizes_t = pd.DataFrame(rows)
-    costs = {name: pair_cost(v, h, sample) for name, (v, h) in VOCABS.items()}
+    costs = child("--pair-cost", str(sample))
+    heap = child("--pair-cost", str(sample), env=HEAP)
     vocab_rows = []
     for r in rows:
         for name, (v, h) in VOCABS.items():
             ms = costs[name]
             vocab_rows.append({"prompts": r["prompts"], "model": name, "ms_per_pair": round(ms, 2),
+                               "ms_per_pair_heap": round(heap[name], 2),
                                "signal_pairs_cpu_s*": round(ms * r["signal_pairs"] / 1000, 1),
                                "nk_pairs_only_cpu_s*": round(ms * r["nk_pairs"] / 1000, 1),
                                "events_only_cpu_s*": round(ms * r["events"] / 1000, 1),
@@ -227,18 +244,22 @@ def main(sizes: list[int], sample: int) -> None:
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         print("per size (measured; one fresh process each):")
         print(sizes_t.to_string(index=False))
-        print(f"\nper vocabulary (ms_per_pair measured on {sample} pairs; * = ms_per_pair x pairs, one model, one core):")
+        print(f"\nper vocabulary (ms_per_pair: the least of 5 x {sample} pairs, in a fresh process; _heap: the same with "
+              "glibc keeping freed blocks, MALLOC_MMAP_THRESHOLD_; * = ms_per_pair x pairs, one model, one core):")
         print(pd.DataFrame(vocab_rows).to_string(index=False))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10092])
-    ap.add_argument("--sample", type=int, default=200, help="pairs timed per vocabulary")
+    ap.add_argument("--sample", type=int, default=100, help="pairs timed per repeat and vocabulary")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--seeds-file", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--pair-cost", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(one_size(a.seeds_file, a.one)))
+    elif a.pair_cost:
+        print(json.dumps({name: pair_cost(v, h, a.pair_cost) for name, (v, h) in VOCABS.items()}))
     else:
         main(a.sizes, a.sample)

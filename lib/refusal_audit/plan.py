@@ -94,8 +94,9 @@ SIGNAL_SHAPES = {
 }
 DEFAULT_SIGNAL_SHAPE = (128256, 4096)
 # (vocabulary, ms per pair of pairs.compute: greedy drift + next-token JSD) on one core of this machine, measured
-# by benchmarks/confusion_scale.py; linear in between, the end values outside
-PAIR_MS = ((49152, 1.80), (128256, 5.68), (256000, 10.35))
+# by benchmarks/confusion_scale.py in a fresh process (README "The confusion study at the paper's shape"; with
+# glibc reusing freed blocks 1.75 / 4.98 / 9.37 ms); linear in between, the end values outside
+PAIR_MS = ((49152, 1.71), (128256, 9.60), (256000, 22.75))
 
 
 def signal_pairs_bound(cluster_sizes, cover: int) -> int:
