@@ -157,3 +157,5 @@ def test_paper_confusion_plan_counts_the_signal_pass_and_pairs():
     per = int(notes.split(" tokens a prompt")[0].rsplit("(", 1)[1])
     held = sum(10_092 * (v + per * h + per) * 4 for v, h in ((128256, 4096), (152064, 3584), (32768, 4096), (256000, 3584)))
     assert f"{held / 2**30:.1f} GiB of RAM for all 4 models" in notes
+    hours = sum(358_266 * plan.pair_cpu_hours(1, v) for v in (128256, 152064, 32768, 256000))
+    assert f"signal pairs <= {hours:.3g} CPU hours on one core" in notes

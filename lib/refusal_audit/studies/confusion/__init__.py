@@ -622,13 +622,15 @@ def plan_notes(p) -> list[str]:
              f"above theta outside every cover not counted), computed on one CPU core while the model stays loaded",
              f"confusion: N_k pairs (the CI's, all among the signal pairs): at most {n:,} x k {c.metrics.k} = "
              f"{n * c.metrics.k:,} per arm, {arms} arms (models x decision judges)"]
-    held = 0
+    held, hours = 0, 0.0
     for m in c.models:
         vocab, hidden, source = P.signal_shape(p.models[m])
         held += P.signals_bytes(n, per, vocab, hidden)
+        hours += P.pair_cpu_hours(bound, vocab)
         lines.append(f"confusion: {m}: vocabulary {vocab:,}, hidden {hidden:,} ({source}): signal pairs <= "
                      f"{P.pair_cpu_hours(bound, vocab):.3g} CPU hours; signals held "
                      f"{P.signals_bytes(n, per, vocab, hidden) / 2**30:.1f} GiB ({per} tokens a prompt, float32)")
     lines.append(f"confusion: the generation stage's signal cache (token_signals) keeps every model's signals until "
-                 f"the stage ends: {held / 2**30:.1f} GiB of RAM for all {len(c.models)} models")
+                 f"the stage ends: {held / 2**30:.1f} GiB of RAM for all {len(c.models)} models; their signal pairs "
+                 f"<= {hours:.3g} CPU hours on one core, on the machine that holds the GPU")
     return lines
