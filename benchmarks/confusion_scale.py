@@ -27,7 +27,8 @@ may share its meaning), at the median, 95 % and all rejections.
 
 Per vocabulary (49,152 SmolLM2, hidden 576; 128,256 Llama 3, hidden 4,096; 256,000 Gemma 2, hidden
 3,584; 24 user-span tokens): the cost of one pair's signals (drift + next-token JSD, ``pairs.compute``)
-is measured on ``--sample`` pairs, the least of 5 repeats (it does not depend on n); the signal-pair CPU time at each size is
+is measured on ``--sample`` pairs, the least of 5 repeats (it does not depend on n); the signal-pair
+CPU time at each size is
 that cost x the pairs (extrapolated, marked so), beside the cost of the N_k pairs alone, and the RAM
 the generation stage holds for one model's signals (n x (vocab + tokens x hidden) float32). Much of
 the cost at 128k-256k is page faults: every pair allocates fresh float64 temporaries of the vocabulary's
@@ -179,12 +180,15 @@ def one_size(seeds_file: Path, n: int) -> dict:
             "events_removed": int(rej["n_events_removed"].sum()), "confused": int(rej["confused"].sum()),
             "signal_pairs": len(same), "uncovered": int(rej["n_uncovered"].sum()),
             "ci_nan": int(rej["ci"].isna().sum()),
-            **{f"cover_{q}": int(np.quantile(need, q / 100, method="higher")) for q in (50, 95, 100)}, "same_as_search": bool((full["n_events"] == scored["n_events"]).all()),
+            **{f"cover_{q}": int(np.quantile(need, q / 100, method="higher")) for q in (50, 95, 100)},
+            "same_as_search": bool((full["n_events"] == scored["n_events"]).all()),
             "search_s": search_s, "signal_pairs_s": pairs_s, "parquet_write_s": write_s, "parquet_read_s": read_s,
-            "parquet_MiB": round(mb, 1), "stats_s": stats_s, "stats_us_per_nk_pair": round(1e6 * stats_s / max(nk, 1), 1),
+            "parquet_MiB": round(mb, 1), "stats_s": stats_s,
+            "stats_us_per_nk_pair": round(1e6 * stats_s / max(nk, 1), 1),
             "stats_us_per_event": round(1e6 * stats_s / max(events, 1), 1),
             "traced_peak_MiB": max(search_mib, pairs_mib, write_mib, read_mib, stats_mib),
-            "rss_after_imports_MiB": round(rss0, 1), "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "rss_after_imports_MiB": round(rss0, 1),
+            "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def pair_cost(vocab: int, hidden: int, sample: int, pool: int = 32, repeats: int = 5) -> float:
@@ -244,7 +248,8 @@ def main(sizes: list[int], sample: int) -> None:
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         print("per size (measured; one fresh process each):")
         print(sizes_t.to_string(index=False))
-        print(f"\nper vocabulary (ms_per_pair: the least of 5 x {sample} pairs, in a fresh process; _heap: the same with "
+        print(f"\nper vocabulary (ms_per_pair: the least of 5 x {sample} pairs, in a fresh process; _heap: the "
+              "same with "
               "glibc keeping freed blocks, MALLOC_MMAP_THRESHOLD_; * = ms_per_pair x pairs, one model, one core):")
         print(pd.DataFrame(vocab_rows).to_string(index=False))
 

@@ -155,7 +155,8 @@ def test_paper_confusion_plan_counts_the_signal_pass_and_pairs():
     assert f"gemma-2-9b-it: vocabulary 256,000, hidden 3,584 (table): signal pairs <= {hours:.3g} CPU hours" in notes
     # every model's signals stay in the stage's cache: the four models' sum, n x (vocab + tokens x hidden + tokens) x 4
     per = int(notes.split(" tokens a prompt")[0].rsplit("(", 1)[1])
-    held = sum(10_092 * (v + per * h + per) * 4 for v, h in ((128256, 4096), (152064, 3584), (32768, 4096), (256000, 3584)))
+    shapes = ((128256, 4096), (152064, 3584), (32768, 4096), (256000, 3584))  # llama, qwen, mistral, gemma
+    held = sum(10_092 * (v + per * h + per) * 4 for v, h in shapes)
     assert f"{held / 2**30:.1f} GiB of RAM for all 4 models" in notes
     hours = sum(358_266 * plan.pair_cpu_hours(1, v) for v in (128256, 152064, 32768, 256000))
     assert f"signal pairs <= {hours:.3g} CPU hours on one core" in notes
