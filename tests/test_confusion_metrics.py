@@ -122,6 +122,23 @@ def test_same_meaning_never_crosses_the_label():
     assert (bool(both_safe["cross_confused"]), both_safe["n_cross_events"]) == (True, 2)
 
 
+def test_summaries_carry_the_events_from_other_clusters():
+    # h (cluster u, rejected) has two accepted safe prompts of cluster s above theta (.97, .9) once both
+    # clusters carry the same label; h2 (u, rejected) has none (.3 to h, .1 to the rest); s2 (s, rejected)
+    # has its two accepted cluster-mates (.1 apart: same cluster, not cross). 4 events, 2 from another cluster
+    prompts = table(["s", "s", "u", "u", "s"], [True, True, False, False, False], labels=["safe"] * 5)
+    sim = sim_from({(0, 2): 0.97, (1, 2): 0.9, (2, 3): 0.3, (0, 1): 0.8}, 5, base=0.1)
+    clusters = M.cluster_summary(M.score(prompts, sim)).set_index("cluster")
+    assert (clusters.loc["u", "n_events"], clusters.loc["u", "n_cross_events"]) == (2, 2)
+    assert (clusters.loc["s", "n_events"], clusters.loc["s", "n_cross_events"]) == (2, 0)
+    assert (clusters.loc["u", "n_cross_confused"], clusters.loc["s", "n_cross_confused"]) == (1, 0)
+    model = M.model_summary(clusters.reset_index()).iloc[0]
+    assert (model["n_events"], model["n_cross_events"], model["n_cross_confused"]) == (4, 2, 1)
+    # opposite labels: the same two pairs are removed by the label rule, not counted as events
+    twin = M.cluster_summary(M.score(prompts.assign(label=["safe", "safe", "unsafe", "unsafe", "safe"]), sim))
+    assert twin.set_index("cluster").loc["u", ["n_events", "n_cross_events", "n_events_removed"]].tolist() == [0, 0, 2]
+
+
 def test_identical_prompts_give_zero_signals():
     rng = np.random.default_rng(0)
     h = rng.normal(size=(6, 16))

@@ -419,6 +419,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "arm_pairs": analysis.arm_pairs(versus),
         "judge_agreement": judges.agreement(judgments, REFUSING),
         "planted": analysis.planted(items, pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
+        "controls": analysis.controls(items, cp),
     }
     return {k: v for k, v in tables.items() if len(v)}
 
@@ -459,8 +460,9 @@ def gate_verdict(gates, drops: pd.DataFrame | None, accuracy: pd.DataFrame | Non
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     """The study's answer in words (notebook 05 ends with it, report.html opens with it): per model and
-    judge, FRR and Confusion Rate with their CIs; how many pairs of arms the two order differently; and
-    whether the planted control's known answers were recovered at both scopes."""
+    judge, FRR and Confusion Rate with their CIs and the events from other clusters; how many pairs of arms
+    the two order differently; whether the planted control's known answers were recovered at both scopes,
+    and the scope and harmful-twin controls' (``analysis.controls``); the gate first."""
     out = gate_verdict(p.studies[NAME].gates, tables.get("gate_drops"), tables.get("gate_accuracy"))
     v = tables.get("frr_vs_cr")
     if v is not None and len(v):
@@ -471,11 +473,12 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             extra = ""
             if "n_cross_confused" in v:
                 extra = (f" {int(r.n_cross_confused)} of {int(r.n_rejected)} rejections have an event from another "
-                         f"cluster; the label rule removed {int(r.n_events_removed)} cross-label events; "
+                         f"cluster ({int(r.n_cross_events)} such events); the label rule removed {int(r.n_events_removed)} cross-label events; "
                          f"{int(r.n_uncovered)} N_k pairs lacked signals.")
+            every = _cross_all(tables.get("clusters"), r.model, r.judge)
             out.append(f"confusion, {r.model}{tag}, {r.judge}: FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole)." + extra)
+                       f"{r.clusters_all_rejected} rejected whole)." + extra + every)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
         out.append(f"confusion: {int(pairs['disagree'].sum())} of {len(pairs)} pairs of model/judge arms are ordered "
@@ -486,7 +489,44 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
         out.append(f"confusion planted control (flip and consistent arms, corpus and cluster scope): "
                    f"{int(planted['match'].sum())} of {len(planted)} known answers recovered"
                    + ("." if ok else " (the study failed its control)."))
+    ctl = tables.get("controls")
+    if ctl is not None and len(ctl):
+        out.append(_controls_words(ctl))
     return out
+
+
+def _cross_all(clusters: pd.DataFrame | None, model: str, judge: str) -> str:
+    """Over every cluster of one arm (safe and unsafe): rejections with an event from another cluster and
+    how many such events."""
+    if clusters is None or "n_cross_events" not in clusters:
+        return ""
+    a = clusters[(clusters["model"] == model) & (clusters["judge"] == judge)]
+    return (f" Over all {len(a)} clusters: {int(a['n_cross_confused'].sum())} of {int(a['n_rejected'].sum())} "
+            f"rejections have an event from another cluster ({int(a['n_cross_events'].sum())} such events of "
+            f"{int(a['n_events'].sum())}).")
+
+
+def _controls_words(ctl: pd.DataFrame) -> str:
+    """The scope and harmful-twin controls in one sentence."""
+    known = analysis.control_known(ctl)
+    parts = []
+    for name in analysis.CONTROLS:
+        t = ctl[ctl["control"] == name]
+        if not len(t) or not bool(t["available"].iloc[0]):
+            parts.append(f"{name}: not run (no pair of the kind above theta in this corpus)")
+            continue
+        v = t.set_index(["scope", "statistic"])
+        got = lambda scope, stat: int(v.loc[(scope, stat), "found"])
+        what = (f"corpus scope finds {got('corpus', 'n_confused')} of {got('corpus', 'n_rejected')} rejections "
+                f"confused by the other cluster, cluster scope {got('cluster', 'n_confused')}"
+                if name == "cross_cluster" else
+                f"{got('corpus', 'n_confused')} events for the {got('corpus', 'n_rejected')} refused harmful twins; "
+                f"the label rule kept {got('corpus', 'n_events_removed')} cross-label pairs above theta out")
+        ok = bool(t["match"].all()) and known[name]
+        parts.append(f"{name} ({t['rejected_cluster'].iloc[0]} rejected, {t['accepted_cluster'].iloc[0]} accepted, "
+                     f"cosine {t['pair_cosine'].iloc[0]:.3f}): {what}; "
+                     + ("known answer recovered" if ok else "KNOWN ANSWER NOT RECOVERED (the study failed its control)"))
+    return "confusion controls: " + "; ".join(parts) + "."
 
 
 # --- 06 figures ----------------------------------------------------------------------------------------
@@ -606,7 +646,9 @@ def summary(p, stage: str, table) -> list:
                  "Paraphrases dropped per rule:", table["gate_drops"][table["gate_drops"]["label"] == "all"],
                  "The safety gate's validated accuracy per class (A) and label error (E):",
                  table["gate_accuracy"].round(3),
-                 "Planted control (known answers, recovered by the same code):", table["planted"].round(4)]
+                 "Planted control (known answers, recovered by the same code):", table["planted"].round(4),
+                 "Scope and harmful-twin controls (expected from plain loops, found by the study's scoring):",
+                 table["controls"].round(4) if "controls" in table else "none"]
         return shown + ["**Verdicts**", "\n".join(f"- {v}" for v in verdicts(p, table))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]

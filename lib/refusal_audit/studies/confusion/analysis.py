@@ -218,7 +218,8 @@ def frr_vs_cr(summary_table: pd.DataFrame, clusters: pd.DataFrame, group: str = 
         clusters_mixed=("mixed", "sum"), clusters_all_rejected=("all_rejected", "sum"),
         rejected_in_mixed=("rejected_in_mixed", "sum"),
         rejected_in_consistent=("rejected_in_consistent", "sum"),
-        n_cross_confused=("n_cross_confused", "sum"), n_events_removed=("n_events_removed", "sum"),
+        n_cross_confused=("n_cross_confused", "sum"), n_events=("n_events", "sum"),
+        n_cross_events=("n_cross_events", "sum"), n_events_removed=("n_events_removed", "sum"),
         n_neighbours_removed=("n_neighbours_removed", "sum"), n_uncovered=("n_uncovered", "sum")).reset_index()
     keep = ["frr", "frr_lo", "frr_hi", "confusion_rate", "confusion_rate_lo", "confusion_rate_hi",
             "clusters_confused", "ci", "ci_lo", "ci_hi", "depth", "ci_events"]
@@ -311,6 +312,122 @@ def planted(items: pd.DataFrame, pairs: dict | None, cp: M.ConfusionParams, n_bo
     out = pd.concat(parts, ignore_index=True).rename(columns={"value": "recovered", "judge": "arm"})
     out["match"] = (out["expected"] - out["recovered"]).abs() < 1e-9
     return out[["scope", "arm", "statistic", "expected", "recovered", "ci_lo", "ci_hi", "match"]]
+
+
+# --- the scope and harmful-twin controls ---------------------------------------------------------------------
+CONTROLS = ("cross_cluster", "harmful_twin")  # each on two clusters of the run's own items, fixed by the rule below
+CONTROL_STATISTICS = ("n_rejected", "n_confused", "n_cross_confused", "n_cross_events", "n_events_removed")
+
+
+def control_pairs(items: pd.DataFrame, theta: float) -> dict[str, tuple[int, int] | None]:
+    """The pair each control rests on, among the included items (row positions, the first one's cluster
+    is rejected): ``cross_cluster``, the two prompts of different clusters and the same label (safe |
+    unsafe) with the highest cosine above ``theta``; ``harmful_twin``, the unsafe and the safe prompt of
+    different clusters with the highest cosine above ``theta`` (the unsafe one first). None where the
+    corpus has no such pair."""
+    inc = items[items["included"]].reset_index(drop=True)
+    e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    sim = e @ e.T
+    cluster, label = inc["cluster"].to_numpy(), inc["label"].to_numpy()
+    other = (cluster[:, None] != cluster[None, :]) & (sim > theta)
+    labelled = np.isin(label, ("safe", "unsafe"))
+    masks = {"cross_cluster": other & np.triu(np.ones_like(other), 1) & (label[:, None] == label[None, :])
+             & labelled[:, None],
+             "harmful_twin": other & (label[:, None] == "unsafe") & (label[None, :] == "safe")}
+    out = {}
+    for name, mask in masks.items():
+        if not mask.any():
+            out[name] = None
+            continue
+        flat = np.flatnonzero(mask)
+        best = flat[np.argmax(sim.ravel()[flat])]  # first of the highest (row-major order)
+        out[name] = (int(best // len(inc)), int(best % len(inc)))
+    return out
+
+
+def _control_expected(sim: np.ndarray, accepted: np.ndarray, cluster: np.ndarray, label: np.ndarray, theta: float,
+                      scope: str) -> dict[str, int]:
+    """The controls' answers computed directly, with plain loops over the full cosine matrix (not through
+    ``neighbours`` or ``metrics``): per rejected r, its events (accepted a in scope, same cluster, or same
+    label and cosine > theta), those from other clusters, and the cross-cluster accepted prompts above theta
+    that the label rule keeps out."""
+    counts = dict.fromkeys(CONTROL_STATISTICS, 0)
+    for r in np.flatnonzero(~accepted):
+        events = cross = removed = 0
+        for a in np.flatnonzero(accepted):
+            if scope == "cluster" and cluster[a] != cluster[r]:
+                continue
+            same_label = label[a] == label[r] and label[r] in ("safe", "unsafe")
+            if cluster[a] == cluster[r]:
+                events += 1
+            elif sim[r, a] > theta:
+                events, cross, removed = events + same_label, cross + same_label, removed + (not same_label)
+        counts["n_rejected"] += 1
+        counts["n_confused"] += events > 0
+        counts["n_cross_confused"] += cross > 0
+        counts["n_cross_events"] += cross
+        counts["n_events_removed"] += removed
+    return counts
+
+
+def controls(items: pd.DataFrame, cp: M.ConfusionParams) -> pd.DataFrame:
+    """Two decision sets with a known answer, each on the two clusters of its pair (``control_pairs``),
+    scored by the study's own code (``score_decisions``) at both scopes, beside the answer computed
+    directly (``_control_expected``); ``match``: found equals expected.
+
+    * ``cross_cluster``: the first prompt's cluster rejected whole, the other's accepted whole. Known answer:
+      corpus scope finds the rejection whose only same-meaning accepted neighbours sit in the other cluster
+      (n_confused >= 1, every event a cross-cluster one); cluster scope finds none (0).
+    * ``harmful_twin``: the unsafe prompt's cluster rejected whole, its safe twin's cluster accepted whole.
+      Known answer: no confusion event at either scope, although the twins are above theta
+      (n_events_removed >= 1 at corpus scope: the label rule keeps them apart).
+    A corpus without such a pair gives the control one row with ``available`` False."""
+    from dataclasses import replace
+
+    inc = items[items["included"]].reset_index(drop=True)
+    e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    sim = e @ e.T
+    rows = []
+    for name, pair in control_pairs(inc, cp.theta).items():
+        if pair is None:
+            rows.append({"control": name, "available": False})
+            continue
+        rejected, accepted = inc["cluster"].iat[pair[0]], inc["cluster"].iat[pair[1]]
+        part = inc[inc["cluster"].isin([rejected, accepted])].reset_index(drop=True)
+        keep = inc["cluster"].isin([rejected, accepted]).to_numpy()
+        acc = (part["cluster"] == accepted).to_numpy()
+        decided = pd.DataFrame({"model": "control", "judge": name, "item_id": part["item_id"], "accepted": acc})
+        for scope in M.SCOPES:
+            scored, _ = score_decisions(part, decided, {}, replace(cp, scope=scope))
+            rej = scored[~scored["accepted"].astype(bool)]
+            found = {"n_rejected": len(rej), "n_confused": int(rej["confused"].sum()),
+                     "n_cross_confused": int(rej["cross_confused"].sum()),
+                     "n_cross_events": int(rej["n_cross_events"].sum()),
+                     "n_events_removed": int(rej["n_events_removed"].sum())}
+            expected = _control_expected(sim[np.ix_(keep, keep)], acc, part["cluster"].to_numpy(),
+                                         part["label"].to_numpy(), cp.theta, scope)
+            rows += [{"control": name, "available": True, "scope": scope, "rejected_cluster": rejected,
+                      "accepted_cluster": accepted, "pair_cosine": float(sim[pair]),
+                      "statistic": stat, "expected": expected[stat], "found": found[stat],
+                      "match": expected[stat] == found[stat]} for stat in CONTROL_STATISTICS]
+    return pd.DataFrame(rows, columns=["control", "available", "scope", "rejected_cluster", "accepted_cluster",
+                                       "pair_cosine", "statistic", "expected", "found", "match"])
+
+
+def control_known(table: pd.DataFrame) -> dict[str, bool]:
+    """Whether each available control's found values give its known answer (``controls``)."""
+    out = {}
+    for name, t in table[table["available"].astype(bool)].groupby("control", sort=False):
+        v = t.set_index(["scope", "statistic"])["found"]
+        if name == "cross_cluster":
+            out[name] = bool(v[("corpus", "n_confused")] >= 1 and v[("corpus", "n_cross_confused")]
+                             == v[("corpus", "n_confused")] and v[("cluster", "n_confused")] == 0)
+        else:
+            out[name] = bool(v[("corpus", "n_confused")] == 0 and v[("cluster", "n_confused")] == 0
+                             and v[("corpus", "n_events_removed")] >= 1)
+    return out
 
 
 # --- gates ----------------------------------------------------------------------------------------------------

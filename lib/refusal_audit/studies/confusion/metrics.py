@@ -353,6 +353,7 @@ def cluster_summary(scored: pd.DataFrame) -> pd.DataFrame:
                     "frr": n_rejected / len(g), "n_confused": n_confused,
                     "confusion_rate": n_confused / n_rejected if n_rejected else 0.0,
                     "n_cross_confused": int(rej["cross_confused"].sum()),
+                    "n_events": int(rej["n_events"].sum()), "n_cross_events": int(rej["n_cross_events"].sum()),
                     "n_neighbours_removed": int(rej["n_neighbours_removed"].sum()),
                     "n_events_removed": int(rej["n_events_removed"].sum()),
                     "n_uncovered": int(rej["n_uncovered"].sum()),
@@ -381,8 +382,8 @@ def model_summary(clusters: pd.DataFrame) -> pd.DataFrame:
                     "frr": n_rejected / int(g["n_prompts"].sum()), "n_confused": int(g["n_confused"].sum()),
                     "confusion_rate": int(g["n_confused"].sum()) / n_rejected if n_rejected else 0.0,
                     "clusters_confused": float(np.mean(g["n_confused"] > 0)), "n_ci": int(g["n_ci"].sum())})
-        row.update({c: int(g[c].sum()) for c in ("n_cross_confused", "n_neighbours_removed", "n_events_removed",
-                                                 "n_uncovered") if c in g})
+        row.update({c: int(g[c].sum()) for c in ("n_cross_confused", "n_events", "n_cross_events",
+                                                 "n_neighbours_removed", "n_events_removed", "n_uncovered") if c in g})
         row.update({c: _weighted(g[c], g["n_ci"]) for c in ("ci", *SIGNALS)})
         if "ci_events" in g:
             row["ci_events"] = _weighted(g["ci_events"], g["n_ci_events"])
