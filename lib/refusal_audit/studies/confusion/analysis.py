@@ -319,16 +319,19 @@ CONTROLS = ("cross_cluster", "harmful_twin")  # each on two clusters of the run'
 CONTROL_STATISTICS = ("n_rejected", "n_confused", "n_cross_confused", "n_cross_events", "n_events_removed")
 
 
-def control_pairs(items: pd.DataFrame, theta: float) -> dict[str, tuple[int, int] | None]:
-    """The pair each control rests on, among the included items (row positions, the first one's cluster
-    is rejected): ``cross_cluster``, the two prompts of different clusters and the same label (safe |
-    unsafe) with the highest cosine above ``theta``; ``harmful_twin``, the unsafe and the safe prompt of
-    different clusters with the highest cosine above ``theta`` (the unsafe one first). None where the
-    corpus has no such pair."""
-    inc = items[items["included"]].reset_index(drop=True)
+def _cosines(inc: pd.DataFrame) -> np.ndarray:
+    """The full cosine matrix of the items' embeddings (the controls' corpus is a few hundred prompts)."""
     e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
     e /= np.linalg.norm(e, axis=1, keepdims=True)
-    sim = e @ e.T
+    return e @ e.T
+
+
+def control_pairs(inc: pd.DataFrame, sim: np.ndarray, theta: float) -> dict[str, tuple[int, int] | None]:
+    """The pair each control rests on, among the included items ``inc`` with cosines ``sim`` (row
+    positions, the first one's cluster is rejected): ``cross_cluster``, the two prompts of different
+    clusters and the same label (safe | unsafe) with the highest cosine above ``theta``; ``harmful_twin``,
+    the unsafe and the safe prompt of different clusters with the highest cosine above ``theta`` (the
+    unsafe one first). None where the corpus has no such pair."""
     cluster, label = inc["cluster"].to_numpy(), inc["label"].to_numpy()
     other = (cluster[:, None] != cluster[None, :]) & (sim > theta)
     labelled = np.isin(label, ("safe", "unsafe"))
@@ -386,11 +389,9 @@ def controls(items: pd.DataFrame, cp: M.ConfusionParams) -> pd.DataFrame:
     from dataclasses import replace
 
     inc = items[items["included"]].reset_index(drop=True)
-    e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
-    e /= np.linalg.norm(e, axis=1, keepdims=True)
-    sim = e @ e.T
+    sim = _cosines(inc)
     rows = []
-    for name, pair in control_pairs(inc, cp.theta).items():
+    for name, pair in control_pairs(inc, sim, cp.theta).items():
         if pair is None:
             rows.append({"control": name, "available": False})
             continue
