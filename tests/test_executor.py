@@ -40,7 +40,8 @@ def kill_switch(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(executor.KILL_ENV, str(switch))  # before ray.init: the workers inherit it
         mp.delenv("RAY_ADDRESS", raising=False)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        mp.setenv("RAY_worker_register_timeout_seconds", "300")  # a worker importing torch on a busy runner
+        executor.start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
         yield switch
         ray.shutdown()
 
@@ -123,3 +124,40 @@ def test_a_bad_executor_section_is_named(section, message):
     raw = yaml.safe_load(CI.read_text()) | {"executor": section}
     with pytest.raises(config.ParamsError, match=f"^x.yaml: {message}$"):
         config.from_dict(raw, "x.yaml")
+
+
+class _Init:
+    """A stand-in for ``ray.init`` that fails with the given errors, then succeeds."""
+
+    def __init__(self, errors):
+        self.errors, self.calls, self.shutdowns = list(errors), 0, 0
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return kwargs
+
+
+STARTUP = Exception("The current node timed out during startup. This could happen because some of the raylet "
+                    "failed to startup or the GCS has become overloaded.")
+
+
+def test_ray_startup_is_tried_again_on_a_busy_machine_and_nothing_else_is(monkeypatch):
+    """A node that times out during startup (Ray's fixed 30 s wait) is started again, at most ``tries`` times
+    in all; any other error is raised at once, and so is the last timeout."""
+    init = _Init([STARTUP, STARTUP])
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: setattr(init, "shutdowns", init.shutdowns + 1))
+    assert executor.start_ray(tries=3, num_cpus=2) == {"num_cpus": 2}
+    assert (init.calls, init.shutdowns) == (3, 2)
+    init = _Init([STARTUP, STARTUP])
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(Exception, match="timed out during startup"):
+        executor.start_ray(tries=2)
+    assert init.calls == 2
+    init = _Init([RuntimeError("port 6379 in use")])
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(RuntimeError, match="port 6379"):
+        executor.start_ray(tries=3)
+    assert init.calls == 1

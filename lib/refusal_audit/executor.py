@@ -59,8 +59,27 @@ def connect(ex: ExecutorParams):
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=ex.address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False)
+        start_ray(address=ex.address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False)
     return ray
+
+
+STARTUP_TRIES = 4  # Ray waits 30 s (fixed in ray._private.node) for its raylet; a loaded 2-core machine can miss that
+
+
+def start_ray(tries: int = STARTUP_TRIES, **init_args):
+    """``ray.init(**init_args)``, tried again (at most ``tries`` times in all) when the node times out during
+    startup: Ray's own wait for the raylet to register is a fixed 30 s, which a busy two-core machine can
+    exceed while nothing is wrong. Any other error, and the last timeout, is raised as it is."""
+    import ray
+
+    for attempt in range(1, tries + 1):
+        try:
+            return ray.init(**init_args)
+        except Exception as err:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(err) or attempt == tries:
+                raise
+            ray.shutdown()
+            print(f"ray: the node timed out during startup (try {attempt} of {tries}); starting it again", flush=True)
 
 
 def prefix_groups(prompts: pd.DataFrame, n: int) -> list[list[int]]:
