@@ -187,6 +187,12 @@ class Run:
             raise FileNotFoundError(f"{folder}: not found; run notebook 05 first")
         return {f.stem: pd.read_csv(f) for f in sorted(folder.glob("*.csv"))}
 
+    def verdicts(self) -> pd.DataFrame:
+        """The verdict table of the run's studies (``verdict_table``), written as ``stats/verdicts.csv``."""
+        from . import verdict_table
+
+        return verdict_table.write(self.p, self.names, self.dir / "stats")
+
     def figures(self) -> dict[str, list[str]]:
         folders = [self.dir / "figures"] + ([FIGURES_DIR] if self.p.publish_figures else [])
         return {name: self.study(name).figures(self.p, self.read_stats(name), folders) for name in self.names}

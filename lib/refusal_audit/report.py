@@ -1,7 +1,9 @@
 """The run's report: ``results/<run>/report.html``, the six executed notebooks in one page, opening
-with every study's verdicts in words (``verdicts(p, tables)`` of the study, from its ``stats/<study>/``
-tables: the sentences its part of notebook 05 ends with), then the three reporting items of every
-study in the run (the policy paper's checklist):
+with the verdict table (``verdict_table``: one row per verdict, its estimate, its simulated
+false-positive rate and power, its controls; also ``stats/verdicts.csv``), then each study's verdicts
+in words as one paragraph (``verdicts(p, tables)`` of the study, from its ``stats/<study>/`` tables: the
+sentences its part of notebook 05 ends with), then the three reporting items of every study in the run
+(the policy paper's checklist):
 
 1. the contamination check: every study's items against every training pool the project uses
    (normalised exact match and MinHash near-duplicates, ``contamination.audit_pools``); shown open
@@ -12,7 +14,8 @@ study in the run (the policy paper's checklist):
 
 and the word TESTBED beside every model organism the run measures.
 
-A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}``, optionally
+A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}``,
+``verdict_rows(p, tables) -> list[dict]`` (its rows of the verdict table), optionally
 ``verdicts(p, tables) -> list[str]``, ``verdict_tables(p, tables) -> [(title, DataFrame)]`` (shown under its
 verdicts) and, when it trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import contamination, datasets, studies
+from . import contamination, datasets, studies, verdict_table
 from .config import testbed_note
 from .paths import DATA_DIR, ROOT
 
@@ -148,10 +151,14 @@ def write(run) -> Path:
         head.append(f"<p class='testbed'><b>{word}</b>:{html.escape(rest)}</p>")
     overlap_file = run.dir / "contamination.csv"
     overlap = pd.read_csv(overlap_file) if overlap_file.is_file() else None
-    head.append("<h2>Verdicts</h2>")
+    table = verdict_table.write(p, run.names, run.dir / "stats")
+    legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in verdict_table.COLUMNS.items())
+    head.append("<h2>Verdicts</h2>\n" + verdict_table.to_html(table) +
+                f"<details><summary>columns (also <code>stats/{verdict_table.FILE}</code>)</summary><ul>{legend}</ul>"
+                "</details>")
+    head.append("<h2>The verdicts in words</h2>")
     for name in run.names:
-        head.append(f"<h3>{html.escape(name)}</h3>\n" +
-                    _markdown("\n".join(f"- {line}" for line in study_verdicts(run, name))))
+        head.append(f"<h3>{html.escape(name)}</h3>\n" + _markdown(" ".join(study_verdicts(run, name))))
         head += [f"<p>{html.escape(title)}</p>" + df.to_html(float_format=lambda x: f"{x:.3f}", index=False)
                  for title, df in verdict_tables(run, name)]
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
@@ -177,7 +184,7 @@ def write(run) -> Path:
         body, _ = exporter.from_filename(str(nb))
         bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n{body}")
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
-             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px} .testbed{background:#fff3cd;padding:6px}"
+             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top} .testbed{background:#fff3cd;padding:6px}"
              " img{max-width:100%}</style>")
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(p.run_name)}</title>{style}</head>" \
            f"<body>{''.join(head)}{''.join(bodies)}</body></html>"

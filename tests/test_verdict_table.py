@@ -1,0 +1,99 @@
+"""The verdict table (``verdict_table``): report.html opens with it and ``stats/verdicts.csv`` holds the same
+rows; every study of the ci run fills every column; a verdict without its reliability, or a study without
+its statistics, is named."""
+from html.parser import HTMLParser
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from refusal_audit import report, studies, verdict_table
+from refusal_audit.verdict_table import STUDY_KEYS, VerdictError
+
+
+class FirstTable(HTMLParser):
+    """The cells of the first <table> of a page, row by row (header row first), read with the standard library."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.cell, self.depth, self.done = [], None, 0, False
+
+    def handle_starttag(self, tag, attrs):
+        if self.done:
+            return
+        if tag == "table":
+            self.depth += 1
+        elif tag == "tr" and self.depth:
+            self.rows.append([])
+        elif tag in ("td", "th") and self.depth:
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table" and self.depth:
+            self.depth -= 1
+            self.done = not self.depth
+        elif tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def first_table(page: str) -> pd.DataFrame:
+    parser = FirstTable()
+    parser.feed(page)
+    header, *rows = parser.rows
+    return pd.DataFrame(rows, columns=header)
+
+
+def row(**changes) -> dict:
+    base = {k: f"{k} text" for k in STUDY_KEYS} | {"study": "kv"}
+    return base | changes
+
+
+@pytest.mark.parametrize("key", ["fpr", "power", "estimate", "controls"])
+def test_a_verdict_without_its_reliability_or_estimate_is_named(key):
+    with pytest.raises(VerdictError, match=rf"^kv: verdict row 0 \(system text\): '{key}' is missing; expected a "
+                                           r"non-empty string"):
+        verdict_table.check_rows("kv", [{k: v for k, v in row().items() if k != key}])
+    with pytest.raises(VerdictError, match=rf"'{key}' is empty"):
+        verdict_table.check_rows("kv", [row(**{key: "  "})])
+    with pytest.raises(VerdictError, match="kv: verdict row 0: 'study' is 'frames', expected 'kv'"):
+        verdict_table.check_rows("kv", [row(study="frames")])
+    assert list(verdict_table.check_rows("kv", [row()]).columns) == list(STUDY_KEYS)
+
+
+def test_a_study_without_statistics_or_without_a_table_gets_a_row_saying_why(tmp_path, monkeypatch):
+    """A results folder that lacks one study's stats: that study's row says which study and why, the others are
+    read, testbeds are marked."""
+    p = SimpleNamespace(models={"organism": SimpleNamespace(testbed=True), "plain": SimpleNamespace(testbed=False)})
+    module = SimpleNamespace(verdict_rows=lambda p, tables: [row(system="organism", answer=str(len(tables["t"]))),
+                                                             row(system="plain")])
+    bare = SimpleNamespace()
+    monkeypatch.setattr(studies, "module", {"kv": module, "frames": module, "toy": bare}.__getitem__)
+    (tmp_path / "kv").mkdir()
+    pd.DataFrame({"x": [1, 2, 3]}).to_csv(tmp_path / "kv" / "t.csv", index=False)
+    table = verdict_table.write(p, ["kv", "frames", "toy"], tmp_path)
+    assert list(table["system"]) == ["organism (TESTBED)", "plain", "(none)", "(none)"]
+    assert table.loc[0, "answer"] == "3"
+    assert table.loc[2, "fpr"] == "not computed: no statistics in frames/ (run notebook 05)"
+    assert table.loc[3, "power"] == "not computed: the study states no verdict table (no verdict_rows)"
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "verdicts.csv", keep_default_na=False), table)
+
+
+def test_the_report_opens_with_the_verdict_table_and_the_csv_holds_its_rows(ci_run):
+    """On the ci run: every registered study fills every column of its rows (none 'not computed'), and
+    report.html's first table is ``stats/verdicts.csv``, row for row."""
+    run, *_ = ci_run["kv"]
+    run = type(run)(run.p.source_file, "")  # every study of the ci params, on the same folder
+    assert run.names == list(studies.REGISTRY)
+    page = report.write(run).read_text(encoding="utf-8")
+    csv = pd.read_csv(run.dir / "stats" / verdict_table.FILE, dtype=str, keep_default_na=False)
+    assert list(csv.columns) == list(STUDY_KEYS) and set(csv["study"]) == set(studies.REGISTRY)
+    assert not csv.isin([""]).any().any()
+    computed = ~csv[list(verdict_table.RELIABILITY)].apply(lambda c: c.str.startswith("not computed")).any(axis=1)
+    assert computed.all(), csv.loc[~computed, ["study", "system", "fpr", "power"]].to_dict("records")
+    assert page.index("<table") == page.index("<table class='verdicts'>")  # the first table of the page
+    pd.testing.assert_frame_equal(first_table(page), csv)
