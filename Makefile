@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: figures kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -71,6 +71,11 @@ FILLER ?= 0
 generate: $(VENV)/.installed
 	$(PY) -m refusal_audit generate --prompts "$(PROMPTS)" --model "$(MODEL)" --run "$(RUN)" \
 		--params $(PARAMS) --policies $(POLICIES) --filler $(FILLER)
+
+# make figures [RUN=default]: the finished run's figures become the repository's figures/ (the committed copies),
+# with figures/PROVENANCE.json (the run, its commit, each file's sha256); make all never writes there
+figures: $(VENV)/.installed
+	$(PY) -m refusal_audit figures --run $(or $(RUN),default)
 
 # make kv-humans [SHEETS=a.csv,b.csv] [RUN=name]: filled copies of the kv study's blind sheet
 # (results/<RUN>/kv/annotation/sheet.csv; the annotator is the file's name) against every judge and each other on

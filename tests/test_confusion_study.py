@@ -19,7 +19,7 @@ from refusal_audit.studies.confusion import clusters as CL
 from refusal_audit.studies.confusion import metrics as M
 from refusal_audit.studies.confusion import user_run as U
 
-RUN_KEYS = {"run_name", "seed", "publish_figures", "models", "judges", "stats", "generation"}
+RUN_KEYS = {"run_name", "seed", "models", "judges", "stats", "generation"}
 
 
 def params(where="test.yaml", **section):

@@ -95,7 +95,6 @@ def test_a_fifth_study_runs_beside_a_real_one_touching_no_shared_module(ci_run, 
     monkeypatch.setattr(paths, "RESULTS_DIR", run.dir.parent)
     raw = yaml.safe_load(CI.read_text())
     raw = {k: v for k, v in raw.items() if k not in ("frames", "confusion", "policy")} | {"toy": {"threshold": 0.3}}
-    raw["publish_figures"] = False
     params = tmp_path / "toy.yaml"
     params.write_text(yaml.safe_dump(raw))
     kv_files = {f: f.stat().st_mtime_ns for f in run.folder("kv").rglob("*") if f.is_file()}

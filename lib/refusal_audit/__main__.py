@@ -1,4 +1,4 @@
-"""Command line: ``python -m refusal_audit {check,plan,run,generate,judge,audit,confusion,kv-humans} ...`` (driven by the Makefile)."""
+"""Command line: ``python -m refusal_audit {check,plan,run,generate,judge,audit,confusion,kv-humans,figures} ...`` (driven by the Makefile)."""
 from __future__ import annotations
 
 import argparse
@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     gv.add_argument("--run", required=True)
     gv.add_argument("--guard", default="", help="the guard's name (a file without a guard column), or the one guard to read")
     gv.add_argument("--params", default="params/default.yaml")
+    fg = sub.add_parser("figures", help="publish a finished run's figures into the repository's figures/ (with their provenance)")
+    fg.add_argument("--run", default="default")
     kh = sub.add_parser("kv-humans", help="filled kv annotation sheets against the run's judges (stats/kv/human_agreement.csv)")
     kh.add_argument("--sheets", default="", help="comma-separated filled sheets (default: those in the run's annotation folder)")
     kh.add_argument("--run", default="", help="the run's name (default: the params file's run_name)")
@@ -109,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
 
             for line in humans.run(args.sheets, args.run, args.params):
                 print(line)
+        elif args.cmd == "figures":
+            from . import published
+            from .paths import run_dir
+
+            print(f"wrote {published.publish(run_dir(args.run))}")
         elif args.cmd == "judge":
             out = pipeline.judge_user(args.replies, args.run, args.params)
             print(f"wrote {out}")

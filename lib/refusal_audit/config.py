@@ -90,7 +90,6 @@ class Params:
     run_name: str
     models: dict[str, ModelSpec]
     seed: int = 0
-    publish_figures: bool = False  # also write figures into the repository's figures/
     device: str = "auto"  # auto (CUDA when present, else CPU) | cpu | cuda: where models are loaded
     judges: JudgeParams = field(default_factory=JudgeParams)
     stats: StatsParams = field(default_factory=StatsParams)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import config, datasets, judges, models, store, studies
-from .paths import FIGURES_DIR, ROOT, run_dir, study_dir
+from .paths import ROOT, run_dir, study_dir
 from .prompts import FILLER_FILE
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
@@ -194,7 +194,7 @@ class Run:
         return verdict_table.write(self.p, self.names, self.dir / "stats")
 
     def figures(self) -> dict[str, list[str]]:
-        folders = [self.dir / "figures"] + ([FIGURES_DIR] if self.p.publish_figures else [])
+        folders = [self.dir / "figures"]  # the repository's figures/ only through make figures (published.py)
         return {name: self.study(name).figures(self.p, self.read_stats(name), folders) for name in self.names}
 
     def show(self, stage: str, results: dict) -> None:
