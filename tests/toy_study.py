@@ -1,6 +1,6 @@
 """A fifth study, for the test that adding a study touches no shared module (tests/test_studies.py).
 
-It implements what every study implements (README, "Adding a study"): a params section (``Params``, ``check``,
+It implements what every study implements (docs/usage.md, "Adding a study"): a params section (``Params``, ``check``,
 ``preflight``), one function per stage, ``audited_pools`` and ``summary``; and, like the policy study, names
 its own tables (``TABLES``) and writes scores, not generations: a lexical scorer's share of words it lists.
 """

@@ -7,7 +7,7 @@ new tokens (every generation run to ``max_new_tokens``: an upper bound, replies 
 No model is loaded and nothing is generated; token counts of texts are estimated at 4 characters a
 token. The cost model (``cost``) turns tokens into hours:
 
-* CPU: this machine's measured engine throughput (``benchmarks/generation.py``, README "The generation
+* CPU: this machine's measured engine throughput (``benchmarks/generation.py``, docs/engine.md "The generation
   engine": SmolLM2-135M fp32 on two cores at a 2k-token context, prefill ~390 tok/s, decode ~14 tok/s
   for one row, ~98 tok/s for 64 rows), scaled by parameter count; fp32 weights must fit in RAM.
 * GPU: prefill at a model FLOPs utilisation ``MFU`` of the accelerator's dense bf16 peak (2 FLOPs per
@@ -94,7 +94,7 @@ SIGNAL_SHAPES = {
 }
 DEFAULT_SIGNAL_SHAPE = (128256, 4096)
 # (vocabulary, ms per pair of pairs.compute: greedy drift + next-token JSD) on one core of this machine, measured
-# by benchmarks/confusion_scale.py in a fresh process (README "The confusion study at the paper's shape"; with
+# by benchmarks/confusion_scale.py in a fresh process (studies/confusion/README.md, "the paper's shape"; with
 # glibc reusing freed blocks 1.75 / 4.98 / 9.37 ms); linear in between, the end values outside
 PAIR_MS = ((49152, 1.71), (128256, 9.60), (256000, 22.75))
 
