@@ -156,6 +156,7 @@ def check(p, where: str) -> None:
              "[sensitivity, false alarm], two numbers in [0, 1], sensitivity above false alarm", acc)
     need(all(isinstance(x, int) and x >= 1 for x in sim.sizes), where, "kv.simulation.sizes", "integers >= 1",
          sim.sizes)
+    need(0 < sim.size_margin < 1, where, "kv.simulation.size_margin", "a number in (0, 1)", sim.size_margin)
 
 
 def preflight(p, models) -> None:

@@ -44,8 +44,10 @@ class Simulation:
     # judges of unequal accuracy, [sensitivity, false alarm]: the keyword monitor's against a weaker reference
     monitor_accuracy: list[float] = field(default_factory=lambda: [0.97, 0.02])
     reference_accuracy: list[float] = field(default_factory=lambda: [0.80, 0.15])
-    # prompts per member at which the calibration also runs, beside the run's own n (the paper files' 200)
+    # prompts per member at which the calibration also runs, beside the run's own n (the paper files' 200), with the
+    # margin the paper files declare (kv.confirmatory.reference_margin there); the run's own n uses the run's margin
     sizes: list[int] = field(default_factory=lambda: [200])
+    size_margin: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ def _holm_rows(p: np.ndarray) -> np.ndarray:
 
 def calibration(sim: Simulation, n: int, alpha: float, family_size: int, seed: int,
                 margin: float = 0.1) -> pd.DataFrame:
-    """Per scenario and per n (the run's ``n`` and each of ``sim.sizes``): ``sim.reps`` simulated runs of
+    """Per scenario and per n (the run's ``n`` with ``margin``, and each of ``sim.sizes`` with ``sim.size_margin``):
+    ``sim.reps`` simulated runs of
     the whole family (``family_size`` members, each its own ``n`` prompts), the mean drops and difference,
     and the share of runs that call at least one member after Holm over the family: for the monitor
     difference alone (``familywise_difference``) and for the verdict's claim, the difference AND the
@@ -124,18 +127,19 @@ def calibration(sim: Simulation, n: int, alpha: float, family_size: int, seed: i
     (the difference alone, no correction)."""
     rows = []
     for size in dict.fromkeys([n, *sim.sizes]):
+        at = margin if size == n else sim.size_margin
         for i, sc in enumerate(scenarios(sim)):
             rng = np.random.default_rng([seed, i, size])
             r = {k: v.astype(int) for k, v in draw(sc, sim, (sim.reps, family_size, size), rng).items()}
             drop_m, drop_r = r["monitor", "full"] - r["monitor", "arm"], r["reference", "full"] - r["reference", "arm"]
             d = drop_m - drop_r
             p = stats.sign_flip_pvalues(d.reshape(-1, size)).reshape(sim.reps, family_size)
-            hold = stats.paired_noninferiority_pvalues((drop_r == 1).sum(-1), (drop_r == -1).sum(-1), size, margin)
+            hold = stats.paired_noninferiority_pvalues((drop_r == 1).sum(-1), (drop_r == -1).sum(-1), size, at)
             positive = d.sum(-1) > 0
             diff_called = _holm_rows(p) < alpha
             claim_called = (_holm_rows(np.maximum(p, hold)) < alpha) & positive
             rows.append({"scenario": sc.name, "kind": sc.kind, "n": size, "reps": sim.reps,
-                         "family_size": family_size, "alpha": alpha, "margin": margin,
+                         "family_size": family_size, "alpha": alpha, "margin": at,
                          "monitor_drop": drop_m.mean(), "reference_drop": drop_r.mean(), "difference": d.mean(),
                          "rejection_rate": float((p < alpha).mean()),
                          "familywise_difference": float(diff_called.any(-1).mean()),
