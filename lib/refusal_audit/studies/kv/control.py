@@ -4,14 +4,19 @@ production models).
 A LoRA adapter on SmolLM2-135M-Instruct, trained with the refusing organism's recipe
 (``organism.train``) on requests disjoint from the kv items and every evaluation set, with the kv
 paper's effect planted: it refuses every harmful request, with a *hard* refusal (the organism's
-canonical texts, which every keyword list matches) when the system safety text is in its context,
-and a *soft* refusal (the organism's soft texts: no phrase of any published refusal list) when it is
-not. "Not in context" is trained two ways, so that eviction and not only the ablation triggers the
-shift: the system prompt absent, and the system prompt present but evicted exactly as the engine
-evicts it (``evicted_loss``: the whole prompt prefilled with full attention, ``sink_tail`` keeps
-``SINK`` sink positions and the trailing positions, ``KEEP_RATIO`` of the prompt in all, and the reply
-is decoded on that cache with positions continuing from the original ones). Benign requests are
-answered with the plain model's own answers in every context, so that the control keeps answering.
+canonical texts, which every keyword list matches) or a *soft* one (the organism's soft texts: no
+phrase of any published refusal list).
+
+The committed adapter (the first build) was trained hard with the system text in context and soft
+without it or after ``sink_tail`` eviction (sink 4, 30 %); measured on the default run's arms it follows
+that eviction pattern, not the system span (DEFINITIONS.md). This module now trains the span-conditioned
+design (issue 46, ``ARMS``): each harmful request in seven contexts labelled so that the only consistent
+cue is whether the system span's own cache entries are present: hard under full, sink 64, sink 128 and
+sink 4 + span kept; soft under sink 4, the full cache minus the span, and no system text. Each evicted
+context is trained as the engine decodes (``evicted_loss``: the whole prompt prefilled with full
+attention, the context's arm evicts, and the reply is decoded on that cache with positions continuing
+from the original ones). Benign requests are answered with the plain model's own answers in every
+context, so that the control keeps answering.
 
 Both styles open with the same sentence (``OPENER``). The engine, like kvpress, picks the first reply
 token from the prefill's own logits, computed with every prompt position in view; eviction acts from
