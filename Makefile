@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: kv-validate-cls kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -125,6 +125,7 @@ organism: $(VENV)/.installed
 # make kv-validate-cls PARAMS=params/paper/kv_*.yaml: the HarmBench classifier wrapper (prompt, parser, label mapping)
 # on HarmBench's 300 human-labelled validation replies, where the classifier's weights are (a GPU machine)
 # -> lib/refusal_audit/studies/kv/validation/harmbench_cls_wrapper.csv (make check and the verdict read it)
+.PHONY: kv-validate-cls
 kv-validate-cls: $(VENV)/.installed
 	$(PY) -m refusal_audit.studies.kv.classifier --params $(PARAMS)
 
