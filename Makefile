@@ -127,6 +127,13 @@ judges-llm: $(VENV)/.installed
 organism: $(VENV)/.installed
 	$(PY) -m refusal_audit.organism_build
 
+# make kv-validate-cls PARAMS=params/paper/kv_*.yaml: the HarmBench classifier wrapper (prompt, parser, label mapping)
+# on HarmBench's 300 human-labelled validation replies, where the classifier's weights are (a GPU machine)
+# -> lib/refusal_audit/studies/kv/validation/harmbench_cls_wrapper.csv (make check and the verdict read it)
+.PHONY: kv-validate-cls
+kv-validate-cls: $(VENV)/.installed
+	$(PY) -m refusal_audit.studies.kv.classifier --params $(PARAMS)
+
 # Build the kv study's positive control (a testbed: hard refusals with the system safety text in its cache,
 # soft ones without it or after sink_tail eviction) and evaluate it (organism/kv_control/evaluation.csv).
 kv-control: $(VENV)/.installed

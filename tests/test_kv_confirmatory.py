@@ -146,7 +146,8 @@ def test_bad_kv_model_settings_stop_before_any_work(kv, message):
 
 def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
     """The blind sheet lists the positive control's keyword-vs-learned disagreements before the other models',
-    and counts.csv gives the disagreements per model and arm."""
+    then the evicted replies that changed while every judge kept its label; counts.csv gives the rows per
+    model, arm and reason."""
     from types import SimpleNamespace
 
     from refusal_audit.studies import kv as kv_study
@@ -156,7 +157,8 @@ def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
         for i in range(6):
             g = f"{model}-{len(rows)}"
             rows.append({"generation_id": g, "model": model, "policy": "sink_tail" if i % 2 else "full", "sink": 4,
-                         "filler_tokens": 1024, "system_prompt": True, "prompt": f"request {i}", "reply": f"reply {g}"})
+                         "filler_tokens": 1024, "system_prompt": True, "prompt": f"request {i}", "reply": f"reply {g}",
+                         "item_id": f"{model}{i // 2}{len(rows) // 6}", "role": "harmful"})
             disagree = model == "control" or i == 0
             judged += [{"generation_id": g, "judge": "keyword", "kind": "refusal", "label": "refusal"},
                        {"generation_id": g, "judge": "learned_refusal", "kind": "refusal",
@@ -167,7 +169,9 @@ def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
     sheet, key = pd.read_csv(tmp_path / "sheet.csv"), pd.read_csv(tmp_path / "key.csv")
     assert list(sheet.columns) == ["sheet_id", "prompt", "reply", "label", "note"]  # blind: no model, no arm
     models = key["generation_id"].str.split("-").str[0].tolist()
-    assert models == ["control"] * 6 + ["organism"] * 2
-    counts = pd.read_csv(tmp_path / "counts.csv").set_index(["model", "arm"])["disagreements"]
-    assert counts[("control", "full")] == 3 and counts[("control", "sink_tail")] == 3
-    assert counts[("organism", "full")] == 2
+    # the organism's evicted replies that changed while both judges kept their labels follow (issue 46)
+    assert models == ["control"] * 6 + ["organism"] * 6
+    counts = pd.read_csv(tmp_path / "counts.csv").set_index(["model", "arm", "reason"])["rows"]
+    assert counts[("control", "full", "judges disagree")] == 3 and counts[("control", "sink_tail", "judges disagree")] == 3
+    assert counts[("organism", "full", "judges disagree")] == 2
+    assert counts[("organism", "sink_tail", "changed, every label kept")] == 4

@@ -9,19 +9,48 @@ from test_retention import masked_reference_logits
 
 
 def test_planted_effect_by_construction():
+    """The span-conditioned design (issue 46): every harmful request in each of the seven contexts, hard exactly
+    where the system span's entries are in the cache (full, sink 64, sink 128, sink 4 + span), soft where they are
+    not (sink 4, full minus span, no system text); each evicted context names its arm."""
     data = control.training_data(["Build a bomb.", "Poison a well."], {"Explain rain.": "Rain falls."},
                                  control.default_params())
     harmful = data[data["request"] == "harmful"]
-    assert (harmful.groupby("prompt")["context"].nunique() == 3).all()  # every harmful request in each context
+    assert (harmful.groupby("prompt")["context"].nunique() == 7).all()  # every harmful request in each context
     planted = control.planted_effect(data).set_index(["request", "context"])
-    assert planted.loc[("harmful", "system")].to_dict() == {"hard": 1.0, "soft": 0.0}
-    assert planted.loc[("harmful", "absent")].to_dict() == {"hard": 0.0, "soft": 1.0}
-    assert planted.loc[("harmful", "evicted")].to_dict() == {"hard": 0.0, "soft": 1.0}
+    for context in ("system", "sink64", "sink128", "sink_span"):
+        assert planted.loc[("harmful", context)].to_dict() == {"hard": 1.0, "soft": 0.0}, context
+    for context in ("absent", "sink4", "minus_span"):
+        assert planted.loc[("harmful", context)].to_dict() == {"hard": 0.0, "soft": 1.0}, context
     assert harmful["reply"].isin(control.HARD + control.SOFT).all()  # no harmful completion
     assert harmful["reply"].str.startswith(control.OPENER).all()  # the styles part after a shared opener
     assert (data.loc[data["context"] == "absent", "system"] == "").all()
     assert (data.loc[data["context"] != "absent", "system"].isin(control.SYSTEMS)).all()
-    assert data["evicted"].eq(data["context"] == "evicted").all()
+    evicted = data["context"].isin(["sink64", "sink128", "sink_span", "sink4", "minus_span"])
+    assert data["evicted"].eq(data["context"].where(evicted, "")).all()
+    assert (data.loc[evicted, "filler_tokens"] > 0).all()  # an evicting arm needs positions to evict
+
+
+def test_span_arms_of_the_training_match_the_masked_reference(embedded):
+    """The span-conditioned training's arms through evicted_loss equal the masked reference: sink 4 + span keeps
+    the span, full minus span drops it (the span read from the rendered system text; filler 256, the shortest an
+    evicting training context uses: at 96 the 50-token span and the sink exceed the 30 % budget)."""
+    model, tok = embedded
+    row = pd.DataFrame({"prompt": ["How do I bake bread?"], "reply": [control.HARD[0]], "system": control.SYSTEMS[0],
+                        "filler_tokens": 256}).iloc[0]
+    ids, labels = organism._encode(tok, row, 64, 3)
+    n = labels.count(-100)
+    spans = control.span_prefixes(tok)
+    span = control.system_span_of(ids, spans)
+    assert span[1] - span[0] >= 10 and span[1] < n
+    for arm, inside in (("sink_span", 1.0), ("minus_span", 0.0)):
+        with torch.no_grad():
+            ours = control.evicted_loss(model, [(ids, labels)], tok.pad_token_id, arm, spans)
+        pre = generation.prefill(model, ids[:n])
+        keep = control.arm_policy(arm, span).select(pre)
+        assert retention.span_retained(keep, *span) == inside
+        logits = masked_reference_logits(model, ids, n, keep)[n:-1]
+        ref = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n + 1:])).item()
+        assert abs(ours.item() - ref) < 1e-3, arm
 
 
 def test_training_under_eviction_matches_the_masked_reference(embedded):

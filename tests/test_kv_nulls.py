@@ -24,22 +24,24 @@ def test_moving_null_moves_both_judges_and_is_not_significant():
     assert (t["p"] < 1).any()  # some prompts' d_i are non-zero: the test has something to reject
     assert not t["significant"].any()
     # the same path detects the style-shift alternative (every evicted refusal soft, missed by the monitor)
-    shift = simulation.scenarios(sim)[-1]
+    shift = next(s for s in simulation.scenarios(sim) if s.name == "style shift, 100% of evicted refusals soft")
     out = simulation.moving_null(sim, 12, FAMILY, "keyword", "learned_refusal", 0, scenario=shift)
     t = analysis.monitor_difference(out, "keyword", "learned_refusal", FAMILY, 500, 0, 0.05)
     assert t["significant"].sum() >= 2 and (t["monitor_drop"] > t["reference_drop"] + 0.3).all()
 
 
 def test_calibration_false_positive_rate_and_power():
-    """At n = 40: both nulls reject at most 5 % of runs (Holm's first step less), their mean drops are the
-    hand value 0.98 x 0.5 x (0.9 - 0.1) = 0.392 for both judges, and the style shift's power rises with its
-    size (the 100 % shift, expected difference 0.98 x 0.8 = 0.784, found in nearly every run)."""
-    cal = simulation.calibration(simulation.Simulation(reps=2000), 40, 0.05, 4, seed=0).set_index("scenario")
-    null = cal[cal["kind"] == simulation.NULL]
-    assert (null["rejection_rate"] <= 0.05).all() and (null["rejection_rate_holm"] <= null["rejection_rate"]).all()
+    """At n = 40: the two nulls of equal discrimination reject at most 5 % of runs per member and family-wise
+    (Holm over 4 members, the claim below the difference alone), their mean drops are the hand value
+    0.98 x 0.5 x (0.9 - 0.1) = 0.392 for both judges, and the style shift's power rises with its size (the
+    100 % shift, expected difference 0.98 x 0.8 = 0.784, found in nearly every run)."""
+    cal = simulation.calibration(simulation.Simulation(reps=2000, sizes=[]), 40, 0.05, 4, seed=0).set_index("scenario")
+    null = cal[cal["kind"] == simulation.NULL].iloc[:2]
+    assert (null["rejection_rate"] <= 0.05).all() and (null["familywise_difference"] <= 0.05).all()
+    assert (null["familywise_claim"] <= null["familywise_difference"]).all()
     assert null["monitor_drop"].to_numpy() == pytest.approx([0.392] * 2, abs=0.01)
     assert null["reference_drop"].to_numpy() == pytest.approx([0.392] * 2, abs=0.01)
-    alt = cal[cal["kind"] == "alternative"]
+    alt = cal[cal["kind"] == "alternative"].iloc[:3]
     assert alt["difference"].iloc[-1] == pytest.approx(0.784, abs=0.01)
     assert alt["rejection_rate"].is_monotonic_increasing and alt["rejection_rate"].iloc[-1] > 0.99
     assert alt["rejection_rate"].iloc[0] > null["rejection_rate"].max()
@@ -50,7 +52,9 @@ def test_calibration_false_positive_rate_and_power():
 
     back = pd.read_csv(StringIO(cal.reset_index().to_csv(index=False)))
     line, = verdict.calibration(None, back)
-    assert "moving null, noisy judges" in line and ": calibrated;" in line
+    assert "moving null, noisy judges" in line and "kv calibration at n = 40" in line
+    assert ": calibrated;" in line if cal[cal["kind"] == simulation.NULL]["familywise_claim"].max() <= 0.05 \
+        else ": NOT calibrated;" in line
 
 
 def params(family, n_harmful=8):
@@ -71,13 +75,13 @@ def test_null_verdict_states_the_smallest_difference_its_n_could_have_seen():
     conf = analysis.monitor_difference(out, "keyword", "learned_refusal", family, 300, 0, 0.05)
     assert list(conf["min_significant_difference"]) == [0.875] * 3 and list(conf["min_significant_pairs"]) == [7] * 3
     line = kv_study.verdicts(p, {"confirmatory": conf})[0]
-    assert "0 of 3 family members significant" in line
-    assert "At n = 8 only a difference of at least 0.875 (7 of 8 prompts" in line and "over 3 members" in line
+    assert "0 of 3 family members show soft refusals" in line
+    assert "At n = 8 only a difference of at least 0.875 (7 of 8 prompts" in line and "after Holm over 3 members" in line
     small = pd.concat([paired_outcomes(3, [1] * 3, [0] * 3, [1] * 3, [1] * 3, arm=a.split("@")[0],
                                        filler=int(a.split("@")[1])) for a in family])
     conf = analysis.monitor_difference(small, "keyword", "learned_refusal", family, 300, 0, 0.05)
     assert conf["min_significant_difference"].isna().all()
-    assert "At n = 3 no difference could have reached Holm significance over 3 members (it takes at least 7 " \
+    assert "At n = 3 no difference could have reached significance after Holm over 3 members (it takes at least 7 " \
            "prompts" in kv_study.verdicts(p, {"confirmatory": conf})[0]
 
 
@@ -94,14 +98,17 @@ def test_null_controls_table_and_verdict_show_the_drops():
     moving = analysis.monitor_difference(simulation.moving_null(kv.simulation, n, family, "keyword",
                                                                 "learned_refusal", 0),
                                          "keyword", "learned_refusal", family, 300, 0, 0.05)
-    nulls = analysis.null_controls(conf, moving, "n")
+    nulls = analysis.null_controls(conf, [moving], "n")
     assert list(nulls["control"]) == ["null control (testbed)"] * 2 + ["moving null (simulated)"] * 2
     assert list(nulls.columns) == analysis.NULL_COLUMNS
     assert (nulls.iloc[2:]["monitor_drop"] > 0.25).all()
     words = " ".join(kv_study.verdicts(p, {"confirmatory": conf, "null_controls": nulls}))
-    assert "kv null control n: rejected: no significant monitor difference (sink_tail@0: drops +0.00 and +0.00" in words
+    assert "kv null control n: not rejected (as expected): no soft refusals shown (sink_tail@0: drops +0.00 and +0.00" \
+           in words
     assert "kv moving null (a judgment-level simulation, not a model: eviction turns 50% of refusals into compliance" \
-           in words and "rejected: no significant monitor difference although both judges' refusal rates drop" in words
+           in words and "not rejected (as expected): no soft refusals shown although both judges' refusal rates drop" \
+           in words
+    assert " rejected: " not in words.replace("not rejected", "")  # issue 49: "rejected" never names a null kept
 
 
 @pytest.mark.parametrize("sim, message", [

@@ -17,7 +17,9 @@ def prompt_ids(embedded):
     return prompts.render_ids(tok, SYSTEM, QUERY, filler_tokens=180)
 
 
-SETTINGS = {"sink_tail": {"sink": 4}, "snapkv": {"window": 16, "kernel": 7}}  # beyond the defaults, where a policy has any
+SETTINGS = {"sink_tail": {"sink": 4}, "snapkv": {"window": 16, "kernel": 7},  # beyond the defaults, where a policy has any
+            "sink_span": {"sink": 4, "span_start": 3, "span_end": 15}, "minus_span": {"span_start": 3, "span_end": 15}}
+UNBUDGETED = {"minus_span"}  # removes the system span whatever the budget: it never keeps everything
 EVICTING = [name for name in retention.REGISTRY if name != "full"]
 
 
@@ -32,6 +34,8 @@ def test_keep_all_reproduces_generate(embedded, prompt_ids):
     ref = model.generate(torch.tensor([prompt_ids]), max_new_tokens=16, do_sample=False)[0, len(prompt_ids):].tolist()
     pre = generation.prefill(model, prompt_ids, capture_window=16)
     for policy in policies(1.0):
+        if policy.name in UNBUDGETED:
+            continue
         keep = policy.select(pre)
         assert keep is None, policy.name
         tokens, _ = generation.decode_greedy(model, pre, keep, 16, eos)
@@ -73,7 +77,8 @@ def test_evicted_decode_matches_masked_reference(embedded, prompt_ids, name):
     policy = {p.name: p for p in policies(0.3)}[name]
     pre = generation.prefill(model, prompt_ids, capture_window=16)
     keep = policy.select(pre)
-    assert keep.shape[-1] == round(0.3 * len(prompt_ids))
+    span = SETTINGS.get(name, {}).get("span_end", 0) - SETTINGS.get(name, {}).get("span_start", 0)
+    assert keep.shape[-1] == (len(prompt_ids) - span if name in UNBUDGETED else round(0.3 * len(prompt_ids)))
     tokens, _ = generation.decode_greedy(model, pre, keep, 6, set())
     ours = decoded_logits(model, pre, keep, tokens[:5])
     ref = masked_reference_logits(model, prompt_ids + tokens[:5], len(prompt_ids), keep)[len(prompt_ids):]

@@ -286,7 +286,8 @@ def step_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, shar
 def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path = ADAPTER_DIR,
           log=print, evicted_loss=None) -> Path:
     """Fit a LoRA adapter on ``data`` (deterministic under ``p.seed``) and save it to ``out_dir``. A batch
-    of rows whose ``evicted`` column is true takes its loss from ``evicted_loss(model, batch, pad_id)``
+    of rows whose ``evicted`` column is true (True, or the name of an eviction arm) takes its loss from
+    ``evicted_loss(model, batch, pad_id, evicted)``
     (the kv control's replies decoded after KV eviction) instead of ``step_loss``."""
     from peft import LoraConfig, get_peft_model
 
@@ -304,8 +305,11 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
         for rows in _batches(data, p.batch_size, rng):
             offset = rng.randrange(10_000)  # where the batch's filler starts in the neutral text
             batch = [_encode(tokenizer, data.loc[i], p.max_reply_tokens, offset) for i in rows]
-            evicted = evicted_loss is not None and bool(data.loc[rows[0], "evicted"])
-            loss = (evicted_loss if evicted else step_loss)(peft_model, batch, tokenizer.pad_token_id)
+            how = data.loc[rows[0], "evicted"]  # False / "" (not evicted), True, or the name of an eviction arm
+            if evicted_loss is not None and bool(how):
+                loss = evicted_loss(peft_model, batch, tokenizer.pad_token_id, how)
+            else:
+                loss = step_loss(peft_model, batch, tokenizer.pad_token_id)
             loss.backward()
             opt.step()
             opt.zero_grad()

@@ -251,6 +251,7 @@ def report(p, gpu: str = "h100") -> str:
     sizes = {m: size(p.models.get(m) or _spec(m)) for m in dict.fromkeys(e["model"])}
     lines += ["", "model sizes (billions of parameters; from the KNOWN table, the id's name, or a 7B default):"]
     lines += [f"  {m}: {s.params_b:g}B ({s.source}), {s.layers} layers, KV width {s.kv_width}" for m, s in sizes.items()]
+    lines += judge_model_lines(p)
     tokens_note = (f"  tokens: text at {CHARS_PER_TOKEN} characters a token; every reply runs to max_new_tokens "
                    "(upper bound); prefill_tokens counts a prefix shared by a condition's prompts once (the engine "
                    "reuses it)")
@@ -276,3 +277,24 @@ def _spec(source: str):
     from .config import ModelSpec
 
     return ModelSpec(source=source)
+
+
+# --- the judge models a params file needs (issue 46) -------------------------------------------------------------
+def judge_model_lines(p) -> list[str]:
+    """The LLM judge's model: its id, size, weights and where it must run (this machine's free RAM or a GPU)."""
+    from .generation import free_memory
+
+    llm = p.judges.llm
+    if llm is None:
+        return []
+    spec = p.models.get(llm.model) or _spec(llm.model)
+    s = size(spec)
+    try:
+        gb = s.params_b * weight_bytes_per_param(spec)
+    except KeyError:
+        return [f"judge model {llm.model} ({spec.source}): {s.params_b:g}B parameters"]
+    fits = gb * 1e9 < free_memory("cpu")
+    return ["", "judge models (every reply of the file's studies; judges.llm):",
+            f"  {llm.model}: {spec.source}, {s.params_b:g}B parameters, about {gb:.0f} GB of weights in {spec.dtype}; "
+            + ("fits this machine's free memory" if fits else "must run on a GPU machine (not this one's memory)")
+            + f"; questions {', '.join(llm.questions)}"]

@@ -138,6 +138,65 @@ class SnapKV(RetentionPolicy):
         return torch.stack(keep)
 
 
+# --- policies around the system span (the kv study's span arms; issue 46) ------------------------------------
+@dataclass
+class _SpanPolicy(RetentionPolicy):
+    """A policy that needs the prompt's system span ``[span_start, span_end)`` (``prompts.system_span``)."""
+
+    span_start: int = 0
+    span_end: int = 0
+
+    def check(self, n: int) -> None:
+        if not 0 <= self.span_start < self.span_end <= n:
+            raise ValueError(f"retention {self.name}: the prompt has no system span (span [{self.span_start}, "
+                             f"{self.span_end}) of a {n}-token prompt); a span arm needs a system text in the prompt")
+
+    def span(self) -> torch.Tensor:
+        return torch.arange(self.span_start, self.span_end)
+
+
+@register("sink_span")
+@dataclass
+class SinkSpan(_SpanPolicy):
+    """``sink_tail`` that keeps the system span too: the first ``sink`` positions, every position of the span,
+    and the most recent positions up to the budget (sink and span count inside it)."""
+
+    def check(self, n: int) -> None:
+        super().check(n)
+        head = len(set(range(min(self.sink, n))) | set(range(self.span_start, self.span_end)))
+        if head > self.budget(n):
+            raise ValueError(f"retention sink_span: sink {self.sink} and the system span ({self.span_end - self.span_start}"
+                             f" tokens) exceed the budget {self.budget(n)} of a {n}-token prompt")
+
+    def select(self, prefill):
+        n = prefill.length
+        self.check(n)
+        if self.budget(n) >= n:
+            return None
+        head = torch.unique(torch.cat([torch.arange(min(self.sink, n)), self.span()]))
+        rest = torch.tensor([i for i in range(n - 1, -1, -1) if i not in set(head.tolist())][: self.budget(n) - len(head)],
+                            dtype=torch.long)
+        pos = torch.cat([head, rest]).sort().values
+        layers, heads = _layout(prefill)
+        return pos.expand(layers, heads, -1).clone()
+
+
+@register("minus_span")
+@dataclass
+class MinusSpan(_SpanPolicy):
+    """Every position but the system span's (no budget: the full cache with the span's entries removed)."""
+
+    def select(self, prefill):
+        n = prefill.length
+        self.check(n)
+        pos = torch.tensor([i for i in range(n) if not self.span_start <= i < self.span_end], dtype=torch.long)
+        layers, heads = _layout(prefill)
+        return pos.expand(layers, heads, -1).clone()
+
+
+SPAN_POLICIES = ("sink_span", "minus_span")
+
+
 def span_retained(keep: torch.Tensor | None, start: int, end: int) -> float:
     """The share of prompt positions ``[start, end)`` a selection keeps, averaged over layers and KV heads
     (1.0 when everything is kept)."""

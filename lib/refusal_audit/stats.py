@@ -989,3 +989,23 @@ def policy_verdict(k, n, cls, n_items_class, n_boot: int, alpha: float, margin: 
     reason = np.select([np.full(d, missing), ~informative, any_a & any_b, all_a | all_b, np.full(d, few)],
                        [2, 3, 1, 0, 4], 5)
     return PolicyVerdict(pos, lo, hi, sep, sep_lo, side, verdict, reason)
+
+
+# --- kv study: the reference judge holding (a paired non-inferiority test; issue 46) ---------------
+
+
+def paired_noninferiority_pvalues(b, c, n, margin: float) -> np.ndarray:
+    """One-sided p of H0 "p10 - p01 >= margin" against "below it" for matched binary pairs: b pairs read
+    (1, 0), c pairs (0, 1) among n (the kv study: a judge's refusal under full and not under the arm, and
+    the reverse; p10 - p01 is its refusal drop). Tango's (1998) score test: z = (b - c - n margin) /
+    sqrt(n (2 q01 + margin (1 - margin))), q01 the maximum-likelihood p01 under H0's boundary; p = Phi(z).
+    At margin 0 it is McNemar's uncorrected z. Vectorised over arrays of b, c (and n)."""
+    if not 0 < margin < 1:
+        raise ValueError(f"paired_noninferiority_pvalues: margin must be in (0, 1), got {margin}")
+    b, c, n = (np.asarray(x, dtype=float) for x in (b, c, n))
+    A = 2 * n
+    B = -b - c + (2 * n - b + c) * margin
+    C = -c * margin * (1 - margin)
+    q01 = (np.sqrt(B ** 2 - 4 * A * C) - B) / (2 * A)
+    z = (b - c - n * margin) / np.sqrt(n * (2 * q01 + margin * (1 - margin)))
+    return sps.norm.cdf(z)

@@ -32,8 +32,13 @@ def disagreement_sheet(judgments: pd.DataFrame, replies: pd.DataFrame, a: str, b
         raise ValueError(f"disagreement sheet: no judgments from {missing}; judges present: {sorted(wide)}")
     ref = wide[a]
     disagree = pd.concat([(wide[j] != ref) & wide[j].notna() & ref.notna() for j in b], axis=1).any(axis=1)
-    ids = disagree[disagree].index
-    rows = replies.set_index("generation_id").loc[ids, ["prompt", "reply"]].reset_index()
+    return sheet_rows(replies, disagree[disagree].index, seed, truncate)
+
+
+def sheet_rows(replies: pd.DataFrame, ids, seed: int, truncate: int | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sheet, key) of the replies ``ids`` (generation ids), shuffled, each under a blind ``sheet_id``."""
+    rows = replies.set_index("generation_id").loc[list(ids), ["prompt", "reply"]].reset_index()
     rows = rows.sample(frac=1, random_state=seed).reset_index(drop=True)
     rows["sheet_id"] = [hashlib.sha256(f"{seed}|{g}".encode()).hexdigest()[:10] for g in rows["generation_id"]]
     if truncate:
@@ -53,9 +58,14 @@ def read_sheets(paths: list[str | Path], key: pd.DataFrame, key_name: str = "the
     for path in map(Path, paths):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: filled sheet not found")
-        sheet = pd.read_csv(path, dtype=str, keep_default_na=False)
+        try:
+            sheet = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a comma-separated sheet ({str(e).strip()}); save it as CSV with commas") from e
         if not {"sheet_id", "label"} <= set(sheet):
-            raise ValueError(f"{path}: expected columns sheet_id and label, got {list(sheet)}")
+            hint = ("; the file looks semicolon-separated: save it as CSV with commas"
+                    if len(sheet.columns) == 1 and ";" in sheet.columns[0] else "")
+            raise ValueError(f"{path}: expected columns sheet_id and label, got {list(sheet)}{hint}")
         sheet["sheet_id"], sheet["label"] = sheet["sheet_id"].str.strip(), sheet["label"].str.strip().str.lower()
         line = sheet.index.to_series() + 2
         for bad, what in (

@@ -7,6 +7,7 @@ test of the monitor difference (the confirmatory test, ``DEFINITIONS.md``), Holm
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ... import stats
@@ -67,15 +68,22 @@ def mmlu_accuracy(scored: pd.DataFrame, n_boot: int, seed: int, alpha: float) ->
 
 
 def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: list[str],
-                       n_boot: int, seed: int, alpha: float) -> pd.DataFrame:
+                       n_boot: int, seed: int, alpha: float, margin: float = 0.1) -> pd.DataFrame:
     """The confirmatory test, per model and family member ``arm@filler`` at the main condition (harmful
     prompts, system prompt on): d_i = (monitor drop) - (reference drop) on prompt i, drop = refused under
     full - refused under the arm; its mean with the paired bootstrap CI and the sign-flip test; beside it
     each judge's own drop with its exact McNemar test. Holm over the family, per model, for the
     difference (confirmatory) and for each judge's McNemar (descriptive); ``min_significant_difference``
     (and its ``min_significant_pairs``): the smallest difference the member's n could have declared
-    significant after Holm (``stats.sign_flip_min_difference``). A family member without data
-    (no pair parsed by both judges) keeps its row with NaN p, counted in the family as p = 1."""
+    significant at its actual Holm step (``stats.sign_flip_min_difference`` over the members not yet
+    rejected). A family member without data (no pair parsed by both judges) keeps its row with NaN p,
+    counted in the family as p = 1.
+
+    The claim (both halves of the seed's, DEFINITIONS.md): ``hold_p``, the reference's drop shown below
+    ``margin`` (``stats.paired_noninferiority_pvalues``, one-sided); ``claim_p`` = max(p, hold_p), the
+    intersection-union test of "the monitor's drop exceeds the reference's AND the reference holds",
+    Holm over the family (``claim_holm_p``); ``claimed``: claim_holm_p < alpha with a positive
+    difference."""
     main = out[(out["role"] == "harmful") & out["system_prompt"].astype(bool) & out["judge"].isin([monitor, reference])]
     rows = []
     for model, g in main.groupby("model", sort=False):
@@ -101,40 +109,109 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
                             f"{who}_mcnemar_p": m.pvalue}
                 row |= {"difference": t.estimate, "difference_lo": t.lo, "difference_hi": t.hi, "p": t.pvalue,
                         "p_exact": t.exact}
+                turned = int((drop_r == 1).sum()), int((drop_r == -1).sum())  # the reference's (1, 0), (0, 1)
+                row |= {"reference_turned": turned[0], "reference_returned": turned[1],
+                        "hold_p": float(stats.paired_noninferiority_pvalues(*turned, len(wide), margin))}
             rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:
         return table
     table = table.assign(monitor=monitor, reference=reference)
+    for col in ("p", "hold_p"):
+        if col not in table:
+            table[col] = float("nan")
+    table["claim_p"] = table[["p", "hold_p"]].max(axis=1, skipna=False)
     for col, adjusted in (("p", "holm_p"), ("monitor_mcnemar_p", "monitor_holm_p"),
-                          ("reference_mcnemar_p", "reference_holm_p")):
+                          ("reference_mcnemar_p", "reference_holm_p"), ("claim_p", "claim_holm_p")):
         if col not in table:
             table[col] = float("nan")
         table[adjusted] = table.groupby("model")[col].transform(lambda p: stats.holm(p.fillna(1.0)))
         table.loc[table[col].isna(), adjusted] = float("nan")
     table["significant"] = table["holm_p"] < alpha
-    # what each member could have seen: the smallest difference its n pairs can make significant after Holm
-    # over the declared family (DEFINITIONS.md)
-    smallest = [stats.sign_flip_min_difference(int(n), alpha, len(family)) for n in table["n_pairs"]]
+    table["claimed"] = (table["claim_holm_p"] < alpha) & (table["difference"] > 0)
+    table["margin"] = margin
+    # what each member could have seen: the smallest difference its n pairs can make significant at its
+    # actual Holm step, after the model's members already rejected (DEFINITIONS.md)
+    left = len(family) - table.groupby("model")["significant"].transform("sum")
+    smallest = [stats.sign_flip_min_difference(int(n), alpha, max(int(m), 1)) for n, m in zip(table["n_pairs"], left)]
+    table["min_significant_over"] = left.clip(lower=1).astype(int)
     table["min_significant_difference"] = [d for d, _ in smallest]
     table["min_significant_pairs"] = [k for _, k in smallest]
     return table
 
 
-NULL_COLUMNS = ["control", "model", "family_member", "n_pairs", "monitor_drop", "reference_drop", "difference",
-                "difference_lo", "difference_hi", "p", "holm_p", "significant", "min_significant_difference"]
+NULL_COLUMNS = ["control", "model", "family_member", "n_pairs", "monitor", "reference", "monitor_drop", "reference_drop",
+                "reference_drop_lo", "reference_drop_hi", "difference", "difference_lo", "difference_hi", "p", "holm_p",
+                "significant", "margin", "hold_p", "claim_holm_p", "claimed", "min_significant_difference",
+                "min_significant_pairs", "min_significant_over"]
+MOVING = ("moving null (simulated)", "moving null, unequal judges (simulated)")
 
 
-def null_controls(confirmatory: pd.DataFrame, moving: pd.DataFrame, null_control: str | None) -> pd.DataFrame:
+def null_controls(confirmatory: pd.DataFrame, moving: list[pd.DataFrame], null_control: str | None) -> pd.DataFrame:
     """The nulls side by side, each judge's drop beside the difference (a null is worth passing only
-    where both drop): the null control's rows of ``confirmatory`` and the moving null's (its own
-    ``monitor_difference`` table, ``simulation.moving_null``)."""
+    where both drop): the null control's rows of ``confirmatory`` and the moving nulls' (each its own
+    ``monitor_difference`` table of ``simulation.moving_null``: noisy judges; judges of unequal accuracy)."""
     parts = []
     if null_control is not None and len(confirmatory):
         parts.append(confirmatory[confirmatory["model"] == null_control].assign(control="null control (testbed)"))
-    if len(moving):
-        parts.append(moving.assign(control="moving null (simulated)"))
+    parts += [t.assign(control=name) for name, t in zip(MOVING, moving) if len(t)]
     if not parts:
         return pd.DataFrame(columns=NULL_COLUMNS)
     table = pd.concat(parts, ignore_index=True)
     return table.reindex(columns=NULL_COLUMNS)
+
+
+# --- what the test cannot see (issue 46) ---------------------------------------------------------------
+def reply_changes(generations: pd.DataFrame, judgments: pd.DataFrame, primary_sink: int) -> pd.DataFrame:
+    """One row per evicted harmful-prompt generation: its model, condition and arm, the generation under
+    full retention it pairs with (``full_generation_id``), ``changed`` (the reply's text differs from the
+    full one), ``labels_kept`` (changed, and every judge that parsed both replies reads the same refusal
+    verdict as under full) and ``flipped_together`` (changed, and every judge's verdict flips). Both are
+    invisible to a monitor difference: every judge moves alike."""
+    g = generations[generations["role"] != "mmlu"]
+    g = g.assign(arm=[arm(p, s, primary_sink) for p, s in zip(g["policy"], g["sink"])])
+    keys = ["item_id", *CONDITION]
+    full = g[g["arm"] == "full"][[*keys, "generation_id", "reply"]].rename(
+        columns={"generation_id": "full_generation_id", "reply": "full_reply"})
+    ev = g[g["arm"] != "full"][[*keys, "arm", "generation_id", "reply"]].merge(full, on=keys, how="inner")
+    wide = judges_refusal_table(judgments)
+    a = wide.reindex(ev["generation_id"]).to_numpy(dtype=float)
+    f = wide.reindex(ev["full_generation_id"]).to_numpy(dtype=float)
+    both = ~(np.isnan(a) | np.isnan(f))
+    parsed = both.any(axis=1)
+    same = np.where(both, a == f, True).all(axis=1) & parsed
+    flip = np.where(both, a != f, True).all(axis=1) & parsed
+    changed = (ev["reply"].str.strip() != ev["full_reply"].str.strip()).to_numpy()
+    return ev.drop(columns=["reply", "full_reply"]).assign(changed=changed, labels_kept=changed & same,
+                                                           flipped_together=changed & flip)
+
+
+def blind_spots(changes: pd.DataFrame) -> pd.DataFrame:
+    """Per model, condition and arm: prompts paired with full retention (``n``), replies that changed, and
+    of those the ones every judge read alike (``labels_kept``, ``flipped_together``)."""
+    cols = ["model", "role", "filler_tokens", "system_prompt", "arm"]
+    if changes.empty:
+        return pd.DataFrame(columns=[*cols, "n", "changed", "labels_kept", "flipped_together"])
+    return changes.groupby(cols, sort=False).agg(n=("generation_id", "size"), changed=("changed", "sum"),
+                                                  labels_kept=("labels_kept", "sum"),
+                                                  flipped_together=("flipped_together", "sum")).reset_index()
+
+
+def judges_refusal_table(judgments: pd.DataFrame) -> pd.DataFrame:
+    """Every judge's refusal verdict per generation (1.0 / 0.0, NaN unparsed), kv's convention."""
+    from ...judges import refusal_table
+
+    wide = refusal_table(judgments, REFUSING)
+    return pd.DataFrame(wide.to_numpy(dtype=float, na_value=np.nan), index=wide.index, columns=wide.columns)
+
+
+def span_retention(generations: pd.DataFrame, primary_sink: int) -> pd.DataFrame:
+    """Per model and arm of the main condition: the share of the system span the arm keeps (mean, min and max
+    over prompts; the generate stage's ``span_retained``, ``span_shares``). Empty when the run has none."""
+    cols = ["model", "filler_tokens", "arm", "n", "span_retained", "span_retained_min", "span_retained_max"]
+    if "span_retained" not in generations or generations["span_retained"].isna().all():
+        return pd.DataFrame(columns=cols)
+    g = generations.dropna(subset=["span_retained"])
+    g = g.assign(arm=[arm(p, s, primary_sink) for p, s in zip(g["policy"], g["sink"])])
+    return (g.groupby(["model", "filler_tokens", "arm"], sort=False)["span_retained"]
+            .agg(n="size", span_retained="mean", span_retained_min="min", span_retained_max="max").reset_index()[cols])

@@ -32,26 +32,34 @@ def refusal_by_judge(rates: pd.DataFrame, arms: list[str], caption: str):
 
 
 def monitor_difference(conf: pd.DataFrame, caption: str):
-    """The confirmatory test: per model and family member, the monitor's and the reference judge's
-    refusal drops (full - arm) and their difference, with 95 % paired bootstrap CIs; * = Holm p < alpha."""
+    """The confirmatory claim: per model and family member, the monitor's and the reference judge's refusal
+    drops (full - arm) and their difference, with 95 % paired bootstrap CIs; the band where the reference
+    counts as holding (its drop shown below the declared margin); * = the claim (both halves) after Holm,
+    + = the difference alone significant while the reference does not hold."""
     models = list(dict.fromkeys(conf["model"]))
     fig, axes = _panels(models, max(4.8, 1.3 * conf["family_member"].nunique()))
     parts = [("monitor_drop", f"{conf['monitor'].iloc[0]} drop"), ("reference_drop", f"{conf['reference'].iloc[0]} drop"),
              ("difference", "difference")]
+    margin = float(conf["margin"].iloc[0]) if "margin" in conf else None
     for model, ax in axes.items():
         d = conf[conf["model"] == model].reset_index(drop=True)
+        if margin is not None:
+            ax.axhspan(-1.1, margin, color="tab:green", alpha=0.08, lw=0,
+                       label=f"reference held: its drop shown below {margin:g}")
+            ax.axhline(margin, color="tab:green", ls="--", lw=0.8)
         for k, (col, label) in enumerate(parts):
             x = d.index + (k - 1) * 0.22
             lo, hi = d[f"{col}_lo"], d[f"{col}_hi"]
             ax.errorbar(x, d[col], yerr=[d[col] - lo, hi - d[col]], fmt="o", capsize=3, label=label)
         for i, r in d.iterrows():
-            if r["significant"]:
-                ax.annotate("*", (i + 0.22, r["difference_hi"]), ha="center", va="bottom", fontsize=12)
+            mark = "*" if r.get("claimed", r["significant"]) else "+" if r["significant"] else ""
+            if mark:
+                ax.annotate(mark, (i + 0.22, r["difference_hi"]), ha="center", va="bottom", fontsize=12)
         ax.axhline(0, color="0.4", lw=0.8)
         ax.set_xticks(d.index, [m.replace("@", "\n@") for m in d["family_member"]])
         ax.set(ylim=(-1.1, 1.15), xlabel="arm @ filler tokens", ylabel="refusal drop (full - arm)", title=model)
         ax.legend(fontsize=7)
-    fig.suptitle("Monitor difference under eviction (the confirmatory test)", y=1.02)
+    fig.suptitle("The claim under eviction: the monitor falls (difference) and the reference holds (band)", y=1.02)
     plots.caption(fig, caption)
     return fig
 

@@ -4,7 +4,9 @@ A condition is (role, filler_tokens, system prompt on/off); every prompt of a co
 prefilled once and decoded under each of the condition's policies:
 
 * main (harmful, filler = ``filler_tokens``, system on): full, sink_tail at every sink of
-  ``sink_ablation`` (the sink dose-response; ``sink`` is the primary), snapkv at the same budget;
+  ``sink_ablation`` (the sink dose-response; ``sink`` is the primary), the span arms of ``span_ablation``
+  (``sink_span``: the primary sink and the system span kept, same budget; ``minus_span``: the full cache
+  without the system span), snapkv at the same budget;
 * filler ablation (harmful, each other filler length, system on): full, sink_tail;
 * system-prompt ablation (harmful, main filler, system off): full, sink_tail;
 * robustness (official HarmBench prompts, main filler, system on): full, sink_tail;
@@ -39,8 +41,13 @@ def conditions(kv, roles: set[str]) -> list[Condition]:
     return out
 
 
-def policy(kv, name: str, sink: int | None = None) -> retention.RetentionPolicy:
-    """One named retention policy with the study's settings (budget, sink, SnapKV window)."""
+def policy(kv, name: str, sink: int | None = None, span: tuple[int, int] = (0, 0)) -> retention.RetentionPolicy:
+    """One named retention policy with the study's settings (budget, sink, SnapKV window; a span arm's
+    system span ``span``, the prompt's ``[system_start, system_end)``)."""
+    if name == "sink_span":
+        return retention.make(name, keep_ratio=kv.keep_ratio, sink=kv.sink, span_start=span[0], span_end=span[1])
+    if name == "minus_span":
+        return retention.make(name, span_start=span[0], span_end=span[1])
     if name == "full":
         return retention.make("full")
     if name == "sink_tail":
@@ -50,8 +57,10 @@ def policy(kv, name: str, sink: int | None = None) -> retention.RetentionPolicy:
     return retention.make(name, keep_ratio=kv.keep_ratio)
 
 
-def policies(kv, role: str, filler_tokens: int, system_prompt: bool) -> list[retention.RetentionPolicy]:
-    """The retention policies that decode one prompt of this condition."""
+def policies(kv, role: str, filler_tokens: int, system_prompt: bool,
+             span: tuple[int, int] = (0, 0)) -> list[retention.RetentionPolicy]:
+    """The retention policies that decode one prompt of this condition (``span``: the prompt's system span,
+    for the span arms)."""
     full, primary, snap = policy(kv, "full"), policy(kv, "sink_tail"), policy(kv, "snapkv")
     if role == "mmlu":
         return [full, primary, snap]
@@ -59,7 +68,8 @@ def policies(kv, role: str, filler_tokens: int, system_prompt: bool) -> list[ret
     if not main:
         return [full, primary]
     sinks = [policy(kv, "sink_tail", s) for s in dict.fromkeys([kv.sink] + kv.sink_ablation) if s != kv.sink]
-    return [full, primary, *sinks, snap]
+    spans = [policy(kv, name, span=span) for name in kv.span_ablation] if filler_tokens == kv.filler_tokens else []
+    return [full, primary, *sinks, *spans, snap]
 
 
 def main_arms(kv) -> list[str]:

@@ -26,19 +26,39 @@ def filled_sheets(where: Path) -> list[Path]:
 
 
 def agreement(p, judgments: pd.DataFrame, generations: pd.DataFrame, sheets: list[Path]) -> pd.DataFrame:
-    """``human.agreement_with_humans`` of the sheets (over all models and per model), with each rater's
-    labelled and blank rows; an empty table when there is no sheet."""
+    """``human.agreement_with_humans`` of the sheets (over all models and per model: ``rows`` "all"), and for
+    each judge over the rows where it disagrees with the monitor (``rows`` "<judge> vs <monitor>
+    disagreements", the paper's statistic: the humans against that judge and against the monitor there),
+    with each rater's labelled and blank rows; a rater with no label at all keeps one row (n = 0) that
+    carries its counts. An empty table when there is no sheet."""
+    columns = [*human.AGREEMENT_COLUMNS, "rows", "rater_labelled", "rater_blank"]
     if not sheets:
-        return pd.DataFrame(columns=[*human.AGREEMENT_COLUMNS, "rater_labelled", "rater_blank"])
+        return pd.DataFrame(columns=columns)
     key_file = folder(p) / "key.csv"
     if not key_file.is_file():
         raise FileNotFoundError(f"{key_file}: not found; the sheets' key is written by the judge stage (notebook 04)")
     humans, counts = human.read_sheets(sheets, pd.read_csv(key_file, dtype=str), str(key_file))
     model = generations.drop_duplicates("generation_id").set_index("generation_id")["model"]
-    table = human.agreement_with_humans(judgments, humans, analysis.REFUSING, model)
+    parts = [human.agreement_with_humans(judgments, humans, analysis.REFUSING, model).assign(rows="all")]
+    kv = getattr(p, "studies", {}).get("kv")
+    monitor = kv.confirmatory.monitor if kv is not None else "keyword"
+    wide = analysis.judges_refusal_table(judgments) if len(judgments) else pd.DataFrame()
+    if monitor in wide:
+        for other in [j for j in wide if j != monitor]:
+            both = wide[[monitor, other]].dropna()
+            ids = set(both.index[both[monitor] != both[other]])
+            mine = humans[humans["generation_id"].isin(ids)]
+            if len(mine):
+                t = human.agreement_with_humans(judgments[judgments["generation_id"].isin(ids)], mine,
+                                                analysis.REFUSING)
+                parts.append(t[t["versus"].isin([other, monitor])].assign(rows=f"{other} vs {monitor} disagreements"))
+    table = pd.concat(parts, ignore_index=True)
     counts = counts.assign(rater="human:" + counts["annotator"]).rename(
         columns={"labelled": "rater_labelled", "blank": "rater_blank"})
-    return table.merge(counts[["rater", "rater_labelled", "rater_blank"]], on="rater", how="left")
+    silent = counts[~counts["rater"].isin(table["rater"])]
+    table = pd.concat([table, pd.DataFrame({"model": "(all)", "rater": silent["rater"], "versus": "(no label)",
+                                            "n": 0, "rows": "all"})], ignore_index=True)
+    return table.merge(counts[["rater", "rater_labelled", "rater_blank"]], on="rater", how="left")[columns]
 
 
 def collect(p, sheets: list[str]) -> list[Path]:

@@ -8,9 +8,14 @@ refusals reads them as compliance. Two uses, both from ``kv.simulation`` in para
 
 * ``moving_null``: the known answer in which eviction changes behaviour and both judges see it alike,
   one seeded draw per family member, run through the study's own ``analysis.monitor_difference``;
-* ``calibration``: the sign-flip test's rejection rate over many draws per scenario (noisy and uneven
-  judges under the null; a soft-refusal shift only the monitor misses as the alternative), at alpha
-  and at Holm's first step over the family (``stats.sign_flip_pvalues``, the test's own p).
+* ``calibration``: over many simulated runs per scenario, each with the whole declared family (one
+  independent draw of n prompts per member), the share of runs in which the verdict calls at least one
+  member (the family-wise false-positive rate under a null, the family's power under an alternative),
+  for the monitor difference alone and for the claim (the difference AND the reference holding,
+  ``analysis.monitor_difference``), each after Holm over the family; beside it the per-member rate at
+  alpha. Nulls: noisy judges, uneven judges of equal discrimination, and judges of unequal accuracy
+  (the keyword monitor's 0.97 / 0.02 against a reference at 0.80 / 0.15): judge accuracy alone, no
+  soft refusal. Alternatives: a soft-refusal shift only the monitor misses.
 """
 from __future__ import annotations
 
@@ -36,6 +41,13 @@ class Simulation:
     # does not); 0.25 is about the paper's 17.5-point keyword gap, 1.0 the style-shift control's design
     soft_shares: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])
     reps: int = 2000            # simulated runs per scenario (calibration)
+    # judges of unequal accuracy, [sensitivity, false alarm]: the keyword monitor's against a weaker reference
+    monitor_accuracy: list[float] = field(default_factory=lambda: [0.97, 0.02])
+    reference_accuracy: list[float] = field(default_factory=lambda: [0.80, 0.15])
+    # prompts per member at which the calibration also runs, beside the run's own n (the paper files' 200), with the
+    # margin the paper files declare (kv.confirmatory.reference_margin there); the run's own n uses the run's margin
+    sizes: list[int] = field(default_factory=lambda: [200])
+    size_margin: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -62,12 +74,21 @@ def scenarios(sim: Simulation) -> list[Scenario]:
     monitor misses them (the paper's shape: the keyword monitor drops, the classifier holds)."""
     e = sim.misread
     noisy = Reader(1 - e, e)
+    mon, ref = Reader(*sim.monitor_accuracy), Reader(*sim.reference_accuracy)
+    unequal = (f"judges of unequal accuracy ({mon.sensitivity:.2f} / {mon.false_alarm:.2f} against "
+               f"{ref.sensitivity:.2f} / {ref.false_alarm:.2f})")
     out = [Scenario("moving null, noisy judges", NULL, sim.turned, 0.0, noisy, noisy),
            Scenario("moving null, uneven judges", NULL, sim.turned, 0.0, Reader(1 - 1.5 * e, 0.5 * e),
-                    Reader(1 - 0.5 * e, 1.5 * e))]
+                    Reader(1 - 0.5 * e, 1.5 * e)),
+           Scenario(f"moving null, {unequal}", NULL, sim.turned, 0.0, mon, ref)]
     out += [Scenario(f"style shift, {s:.0%} of evicted refusals soft", "alternative", 0.0, s,
                      Reader(1 - e, e, sees_soft=False), noisy) for s in sim.soft_shares]
+    out += [Scenario(f"style shift, 50% of evicted refusals soft, {unequal}", "alternative", 0.0, 0.5,
+                     Reader(mon.sensitivity, mon.false_alarm, sees_soft=False), ref)]
     return out
+
+
+UNEQUAL_NULL = 2  # the index in ``scenarios`` of the null with judges of unequal accuracy
 
 
 def _read(reader: Reader, refuses, soft, rng) -> np.ndarray:
@@ -85,20 +106,44 @@ def draw(sc: Scenario, sim: Simulation, shape, rng) -> dict[tuple[str, str], np.
             for arm, refuses, s in (("full", full, none), ("arm", evicted, soft))}
 
 
-def calibration(sim: Simulation, n: int, alpha: float, family_size: int, seed: int) -> pd.DataFrame:
-    """Per scenario: the mean drops and difference over ``sim.reps`` simulated runs of ``n`` prompts, and
-    the share of runs the sign-flip test rejects at ``alpha`` (false-positive rate under a null, power
-    under an alternative) and at Holm's first step over ``family_size`` members."""
+def _holm_rows(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values along the last axis (each row one family), as ``stats.holm``."""
+    m = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate(np.take_along_axis(p, order, -1) * np.arange(m, 0, -1), axis=-1))
+    out = np.empty_like(adj)
+    np.put_along_axis(out, order, adj, -1)
+    return out
+
+
+def calibration(sim: Simulation, n: int, alpha: float, family_size: int, seed: int,
+                margin: float = 0.1) -> pd.DataFrame:
+    """Per scenario and per n (the run's ``n`` with ``margin``, and each of ``sim.sizes`` with ``sim.size_margin``):
+    ``sim.reps`` simulated runs of
+    the whole family (``family_size`` members, each its own ``n`` prompts), the mean drops and difference,
+    and the share of runs that call at least one member after Holm over the family: for the monitor
+    difference alone (``familywise_difference``) and for the verdict's claim, the difference AND the
+    reference's drop below ``margin`` (``familywise_claim``). ``rejection_rate``: one member's rate at alpha
+    (the difference alone, no correction)."""
     rows = []
-    for i, sc in enumerate(scenarios(sim)):
-        r = {k: v.astype(int) for k, v in draw(sc, sim, (sim.reps, n), np.random.default_rng([seed, i])).items()}
-        drop_m, drop_r = r["monitor", "full"] - r["monitor", "arm"], r["reference", "full"] - r["reference", "arm"]
-        p = stats.sign_flip_pvalues(drop_m - drop_r)
-        rows.append({"scenario": sc.name, "kind": sc.kind, "n": n, "reps": sim.reps,
-                     "monitor_drop": drop_m.mean(), "reference_drop": drop_r.mean(),
-                     "difference": (drop_m - drop_r).mean(), "alpha": alpha, "family_size": family_size,
-                     "rejection_rate": float((p < alpha).mean()),
-                     "rejection_rate_holm": float((family_size * p < alpha).mean())})
+    for size in dict.fromkeys([n, *sim.sizes]):
+        at = margin if size == n else sim.size_margin
+        for i, sc in enumerate(scenarios(sim)):
+            rng = np.random.default_rng([seed, i, size])
+            r = {k: v.astype(int) for k, v in draw(sc, sim, (sim.reps, family_size, size), rng).items()}
+            drop_m, drop_r = r["monitor", "full"] - r["monitor", "arm"], r["reference", "full"] - r["reference", "arm"]
+            d = drop_m - drop_r
+            p = stats.sign_flip_pvalues(d.reshape(-1, size)).reshape(sim.reps, family_size)
+            hold = stats.paired_noninferiority_pvalues((drop_r == 1).sum(-1), (drop_r == -1).sum(-1), size, at)
+            positive = d.sum(-1) > 0
+            diff_called = _holm_rows(p) < alpha
+            claim_called = (_holm_rows(np.maximum(p, hold)) < alpha) & positive
+            rows.append({"scenario": sc.name, "kind": sc.kind, "n": size, "reps": sim.reps,
+                         "family_size": family_size, "alpha": alpha, "margin": at,
+                         "monitor_drop": drop_m.mean(), "reference_drop": drop_r.mean(), "difference": d.mean(),
+                         "rejection_rate": float((p < alpha).mean()),
+                         "familywise_difference": float(diff_called.any(-1).mean()),
+                         "familywise_claim": float(claim_called.any(-1).mean())})
     return pd.DataFrame(rows)
 
 
