@@ -546,3 +546,27 @@ def test_familiarity_on_the_public_text_against_its_unseen_rewording():
     share = familiarity.familiar_share(got.reset_index())
     assert share.to_dict("records") == [{"model": "m", "n_items": 2, "familiarity_margin": pytest.approx(margin),
                                          "n_familiar": 1, "share_familiar": 0.5}]
+
+
+def test_verdict_rows_fill_every_key_from_the_tables():
+    """Issue 49's contract on this study's tables (the planted three-model table): every key present and every
+    value a non-empty string; the planted model's rows say divergence, the others no divergence with an MDE;
+    the null control's wording (issue 49 item 3) never says "rejected" of a null that was not."""
+    p = three_models(null_control=["m1"])
+    d = planted3()
+    d = pd.concat([d, d[d["model"] == "m0"].assign(model="m1:null")])
+    t = analysis.confirmatory(p, d, {"outcome": "outcome"})["confirmatory"]
+    p.stats = SimpleNamespace(alpha=0.05)
+    rows = F.verdict_rows(p, {"confirmatory": t})
+    keys = {"study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls"}
+    assert rows and all(set(r) == keys and all(isinstance(v, str) and v for v in r.values()) for r in rows)
+    by = {(r["system"], r["role"], r["question"]): r for r in rows}
+    planted_row = by[("m1", "primary", "frame changes refusal? (all items)")]
+    assert planted_row["answer"] == "divergence" and "Holm p" in planted_row["estimate"] and "power" in planted_row["power"]
+    quiet = by[("m0", "primary", "frame changes refusal? (all items)")]
+    assert quiet["answer"] == "no divergence" and quiet["power"].startswith("MDE +")
+    null = [r for r in rows if r["role"] == "null control"]
+    assert len(null) == 1 and null[0]["answer"] == "no divergence"
+    assert all("null control not rejected (as expected)" in r["controls"] for r in rows)
+    head = F.verdicts(p, {"confirmatory": t})
+    assert any("not rejected (as expected)" in h for h in head) and not any("rejected, as it must be" in h for h in head)
