@@ -276,7 +276,7 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     sens = t[t["contrast"].str.endswith(analysis.SHARED)]
     assert len(sens) == 2 * 2 and not sens["confirmatory"].any() and sens["p_holm"].isna().all()
     # the report's verdict: the significant and the untestable tests in words, one line for the rest
-    said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05)), {"confirmatory": t})
+    said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05), studies=p.studies), {"confirmatory": t})
     named = [v for v in sentences if ": significant" in v or "NOT TESTED" in v]
     assert said[1].startswith("What this run could have seen") and said[2:-1] == named
     assert said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
@@ -432,6 +432,7 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
      r"^x.yaml: frames.confirmatory.subsets: expected subsets with items: non_harmful holds no item"),
     ({"familiarity_quantile": 1.2}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"familiarity_quantile": 0.3}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
+    ({"kappa_floor": 1.5}, r"^x.yaml: frames.kappa_floor: expected a number in \[0, 1\]"),
     ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
 ])
 def test_bad_confirmatory_params_stop_at_load(registered, section, message):
@@ -570,3 +571,30 @@ def test_verdict_rows_fill_every_key_from_the_tables():
     assert all("null control not rejected (as expected)" in r["controls"] for r in rows)
     head = F.verdicts(p, {"confirmatory": t})
     assert any("not rejected (as expected)" in h for h in head) and not any("rejected, as it must be" in h for h in head)
+
+
+def test_the_verdict_flags_a_near_empty_familiarity_stratum_and_disagreeing_harm_judges():
+    """2 of 36 items familiar is what the 95 % null gives by chance (Binomial(36, 0.05)'s 95th percentile is 4):
+    flagged; 12 of 36 is not. A harm-judge kappa of 0.11 is below the declared floor 0.4: flagged; 0.6 is not.
+    A shipped shape table with a share outside (0, 1] stops with one line naming the file and the column."""
+    p = three_models()
+    share = pd.DataFrame({"model": ["m0", "m1"], "n_items": [36, 36], "n_familiar": [2, 12]})
+    agree = pd.DataFrame({"judge_a": ["outcome"], "judge_b": ["learned_harmful"], "outcome": ["harmful_compliance"],
+                          "on": ["replies to harmful requests"], "n": [100], "kappa": [0.11]})
+    got = F.flags(p, {"familiarity_share": share, "judge_agreement": agree})
+    assert "m0 2 of 36" in got["familiarity"] and "m1" not in got["familiarity"]
+    assert "kappa 0.11 < floor 0.40" in got["harm_judges"]
+    none = F.flags(p, {"familiarity_share": share.assign(n_familiar=12), "judge_agreement": agree.assign(kappa=0.6)})
+    assert none == {"familiarity": "", "harm_judges": ""}
+
+
+def test_a_bad_shape_table_is_one_clear_error(tmp_path):
+    from refusal_audit.config import ParamsError
+    from refusal_audit.studies.frames import shapes
+
+    t = shapes.read()
+    assert t is not None and shapes.worst_size(t)[0] <= 0.05
+    bad = tmp_path / "frames_shapes.csv"
+    t.assign(frame_share=t["frame_share"].where(t.index > 0, 1.5)).to_csv(bad, index=False)
+    with pytest.raises(ParamsError, match=r"frames_shapes.csv: frame_share: expected shares in \(0, 1\], got 1.5"):
+        shapes.read(bad)

@@ -93,6 +93,8 @@ class Params:
     # distribution (familiarity.per_item; DEFINITIONS.md), in [0.5, 1)
     familiarity_quantile: float = 0.95
     noise_quantile: float = 0.95
+    # the verdict flags a judge pair whose Cohen's kappa is below this floor (issue 48; in [0, 1])
+    kappa_floor: float = 0.4
     similarity_thresholds: list[float] = field(default_factory=lambda: [0.0, 0.8, 0.85, 0.9])
     paraphraser: str | None = None     # hook: a capable model under models rewrites the bodies (GPU only)
     reference_frame: str = "N"         # the GEE's reference level (the contrasts do not depend on it)
@@ -168,6 +170,8 @@ def check(p, where: str) -> None:
          "a number in [0.5, 1) (the quantile of the null reference distribution that sets the familiarity margin)",
          fr.familiarity_quantile)
     need(0 < fr.noise_quantile < 1, where, "frames.noise_quantile", "a number in (0, 1)", fr.noise_quantile)
+    need(0 <= fr.kappa_floor <= 1, where, "frames.kappa_floor", "a number in [0, 1] (the harm judges' agreement floor)",
+         fr.kappa_floor)
     need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
          "null or a model named under models", fr.paraphraser)
     check_confirmatory(fr, where)
@@ -537,12 +541,43 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     f"{100 * mde.max():.0f} points) or more (`mde_80` in stats/frames/confirmatory.csv)."
                     + (f" {int(fam['mde_80'].isna().sum() - fam['mde_swing_sd'].isna().sum())} tests had 80 % power for"
                        " no effect of the grid." if (fam["mde_80"].isna() & fam["mde_swing_sd"].notna()).any() else ""))
+    head += [f"frames: {f}." for f in flags(p, tables).values() if f]
     tested = pd.concat([fam, null])
     said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok")]
     rest = len(tested) - len(said)
     return head + sentences(said, alpha) + ([f"The other {rest} tests are not significant after Holm (each in words "
                                              "in notebook 05, each a row of stats/frames/confirmatory.csv)."]
                                             if rest else [])
+
+
+# --- flags: an uninformative familiarity stratum, judges that disagree (issue 48) --------------------------
+def flags(p, tables: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """``familiarity``: said when a model's familiar items are no more than the familiarity null gives by
+    chance (the 95th percentile of Binomial(items, 1 - familiarity_quantile)); ``harm_judges``: said when the
+    outcome judge and the learned harm judge agree at Cohen's kappa below ``frames.kappa_floor`` (on replies to
+    harmful requests). Empty strings when there is nothing to say."""
+    from scipy import stats as st
+
+    fr, out = p.studies[NAME], {"familiarity": "", "harm_judges": ""}
+    share = tables.get("familiarity_share")
+    if share is not None and len(share) and "n_familiar" in share:
+        chance = st.binom.ppf(0.95, share["n_items"], 1 - fr.familiarity_quantile)
+        empty = share[(share["n_familiar"] <= chance) & ~share["model"].str.endswith(NULL)]
+        if len(empty):
+            out["familiarity"] = (
+                "familiarity stratum near-empty: " + ", ".join(f"{r.model} {int(r.n_familiar)} of {int(r.n_items)}"
+                                                               for r in empty.itertuples())
+                + f" items familiar, no more than chance under the familiarity null (<= {int(chance.max())}); the "
+                "low-familiarity repeat is then nearly all items and says nothing about familiarity")
+    agree = tables.get("judge_agreement")
+    if agree is not None and "kappa" in agree and "on" in agree:
+        h = agree[(agree["outcome"] == "harmful_compliance") & (agree["on"] == "replies to harmful requests")]
+        low = h[h["kappa"] < fr.kappa_floor]
+        if len(low):
+            r = low.iloc[0]
+            out["harm_judges"] = (f"harm judges disagree: {r['judge_a']} vs {r['judge_b']} kappa {r['kappa']:.2f} "
+                                  f"< floor {fr.kappa_floor:.2f} (replies to harmful requests, n {int(r['n'])})")
+    return out
 
 
 # --- the verdict table (issue 49's contract) ------------------------------------------------------------
@@ -616,6 +651,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
         f"positive control {'recovered' if recovered else 'NOT recovered' if len(planted) else 'not run'}",
         f"null control {'not rejected (as expected)' if null_clean else 'REJECTED' if len(null) else 'not run'}",
     ])
+    flag = flags(p, tables)
     out = []
     groups = [(m, o, s, g) for (m, o, s), g in fam.groupby(["model", "outcome", "subset"], sort=True)]
     groups += [(m, "all declared outcomes", "all declared subsets", g) for m, g in null.groupby("model", sort=True)]
@@ -627,7 +663,8 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
         row = {"study": NAME, "system": model.removesuffix(NULL) if is_null else model, "role": role,
                "question": f"frame changes {outcome.replace('_', ' ')}? ({subset.replace('_', '-')} items)"
                if not is_null else "one slot text in every frame: divergence?",
-               "controls": controls}
+               "controls": controls + "".join(f"; {f}" for k, f in flag.items() if f and (
+                   k == "familiarity" or outcome != "refusal"))}
         if not len(ok):
             why = f"not computed: no declared test of this group could be fitted ({g['status'].iloc[0]})"
             out.append({**row, "answer": "not tested", "estimate": why, "fpr": why, "power": why})
