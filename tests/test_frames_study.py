@@ -598,3 +598,11 @@ def test_a_bad_shape_table_is_one_clear_error(tmp_path):
     t.assign(frame_share=t["frame_share"].where(t.index > 0, 1.5)).to_csv(bad, index=False)
     with pytest.raises(ParamsError, match=r"frames_shapes.csv: frame_share: expected shares in \(0, 1\], got 1.5"):
         shapes.read(bad)
+
+
+def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
+    """One prompt under every frame label gives one greedy reply under each: those rows are dropped from the null
+    control (not from the models), so its cells' decodes are independent across frames (issue 48)."""
+    d = pd.DataFrame({"model": ["m1", "m1", "m1:null", "m1:null"], "temperature": [0.0, 0.4, 0.0, 0.4], "y": 1.0})
+    got = analysis.sampled_null(d)
+    assert list(zip(got["model"], got["temperature"])) == [("m1", 0.0), ("m1", 0.4), ("m1:null", 0.4)]

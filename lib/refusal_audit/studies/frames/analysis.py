@@ -388,10 +388,13 @@ def detectable(p, table: pd.DataFrame, tested: pd.Series, family_size: int) -> t
             *[f"power_{k}_{e}" for k in ("primary", "noise") for e in SEED_EFFECTS]]
     table = table.assign(**{c: np.nan for c in cols})
     grids = {}
-    for n in sorted(set(table.loc[rows, "n_items"].astype(int))):
-        grids[n] = stats.simulate_noise_grid(n, n_decodes(fr), seed=p.seed, alpha=s.alpha, family_size=max(family_size, 1))
+    # the null control's cells hold the sampled decodes only (``sampled_null``)
+    decodes = pd.Series(np.where(table["model"].str.endswith(NULL), max(n_decodes(fr) - 1, 1), n_decodes(fr)),
+                        index=table.index)
+    for n, k in sorted({(int(table.at[i, "n_items"]), int(decodes[i])) for i in table.index[rows]}):
+        grids[n, k] = stats.simulate_noise_grid(n, k, seed=p.seed, alpha=s.alpha, family_size=max(family_size, 1))
     for i in table.index[rows]:
-        grid = grids[int(table.at[i, "n_items"])]
+        grid = grids[int(table.at[i, "n_items"]), int(decodes[i])]
         sd = stats.swing_column(grid, table.at[i, "rms_swing_net"])
         col = grid[np.isclose(grid["swing_sd"], sd)].set_index("frame_effect")
         table.loc[i, ["mde_swing_sd", "mde_80", "mde_80_primary"]] = (
@@ -472,11 +475,21 @@ def training_pools(p, names: list[str]) -> dict[str, pd.DataFrame]:
     return pools
 
 
+def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
+    """The null control's rows without their greedy (T = 0) decode: one prompt under every frame label gives
+    the same greedy reply under each, so those cells would share their decode noise across frames and the
+    noise comparison could not be tested for size on them; the sampled decodes differ by label
+    (``null_seeds``), so each cell's replies are independent draws (issue 48)."""
+    if "temperature" not in d:
+        return d
+    return d[~(d["model"].str.endswith(NULL) & (d["temperature"] == 0))]
+
+
 def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     fr, s = p.studies[NAME], p.stats
     frames = list(fr.frames)
     pairs = pairs_of(frames)
-    d = long_outcomes(generations, judgments, harmful_requests(items), cluster_ids(items["item_id"]))
+    d = sampled_null(long_outcomes(generations, judgments, harmful_requests(items), cluster_ids(items["item_id"])))
     main = d[d["judge"] == MAIN_JUDGE]
     item_deltas, con = contrasts(d, pairs, s.n_bootstrap, p.seed, s.alpha)
     # descriptive: the spread of single-item, single-frame paraphrase gaps (not a test; see confirmatory)
