@@ -606,3 +606,5 @@ def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
     d = pd.DataFrame({"model": ["m1", "m1", "m1:null", "m1:null"], "temperature": [0.0, 0.4, 0.0, 0.4], "y": 1.0})
     got = analysis.sampled_null(d)
     assert list(zip(got["model"], got["temperature"])) == [("m1", 0.0), ("m1", 0.4), ("m1:null", 0.4)]
+    greedy = d[d["temperature"] == 0]
+    assert analysis.sampled_null(greedy).equals(greedy)   # a greedy-only grid keeps its rows

@@ -479,10 +479,14 @@ def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
     """The null control's rows without their greedy (T = 0) decode: one prompt under every frame label gives
     the same greedy reply under each, so those cells would share their decode noise across frames and the
     noise comparison could not be tested for size on them; the sampled decodes differ by label
-    (``null_seeds``), so each cell's replies are independent draws (issue 48)."""
+    (``null_seeds``), so each cell's replies are independent draws (issue 48). A grid without sampled decodes
+    keeps its greedy rows (the noise comparison's size is then not tested on the null)."""
     if "temperature" not in d:
         return d
-    return d[~(d["model"].str.endswith(NULL) & (d["temperature"] == 0))]
+    null = d["model"].str.endswith(NULL)
+    if not (null & (d["temperature"] > 0)).any():   # a greedy-only grid: nothing else to analyse (kept as is)
+        return d
+    return d[~(null & (d["temperature"] == 0))]
 
 
 def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
