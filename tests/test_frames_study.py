@@ -608,3 +608,23 @@ def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
     assert list(zip(got["model"], got["temperature"])) == [("m1", 0.0), ("m1", 0.4), ("m1:null", 0.4)]
     greedy = d[d["temperature"] == 0]
     assert analysis.sampled_null(greedy).equals(greedy)   # a greedy-only grid keeps its rows
+
+
+def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
+    """``<params>.sha256`` beside a params file is its registration: a match passes, a changed file stops with
+    one line naming the file and the key; ``record`` says what the manifest should hold."""
+    from refusal_audit.config import ParamsError
+    from refusal_audit.studies.frames import registration
+
+    params = tmp_path / "control.yaml"
+    params.write_text("run_name: x\n")
+    registration.verify(params)                                  # no registration: nothing to check
+    assert registration.record(params)["registration"] == "none"
+    (tmp_path / "control.sha256").write_text(registration.sha256(params) + "  control.yaml\n")
+    registration.verify(params)
+    assert registration.record(params)["registration"] == "matches"
+    params.write_text("run_name: y\n")
+    with pytest.raises(ParamsError, match=r"control.yaml: sha256: expected [0-9a-f]{64} \(the registration in "
+                                          r"control.sha256\), got [0-9a-f]{64}"):
+        registration.verify(params)
+    assert registration.record(params)["registration"] == "does not match"
