@@ -628,3 +628,14 @@ def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
                                           r"control.sha256\), got [0-9a-f]{64}"):
         registration.verify(params)
     assert registration.record(params)["registration"] == "does not match"
+
+
+def test_the_headline_figure_draws_every_declared_pair_test_and_an_empty_table():
+    from refusal_audit.studies.frames import charts
+
+    p = three_models()
+    t = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})["confirmatory"]
+    fig = charts.verdict(t, 0.05, "TESTBED.")
+    pairs = t["family"].str.startswith("confirmatory") & t["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & (t["status"] == "ok")
+    assert len(fig.axes) == 3 and len(fig.axes[0].get_yticks()) == int(pairs.sum())
+    assert len(charts.verdict(t.iloc[:0], 0.05, "TESTBED.").axes) == 3

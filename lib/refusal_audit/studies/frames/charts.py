@@ -69,7 +69,8 @@ def verdict(conf: pd.DataFrame, alpha: float, text: str):
             ax[k].errorbar(t.loc[mask, est], y[mask], xerr=np.nan_to_num(err[:, mask]), fmt="o", ms=4, capsize=2,
                            color="tab:red" if face == "tab:red" else "0.4", mfc=face)
         ax[k].axvline(0, color="0.3", lw=0.8)
-    xmax = float(np.nanmax(np.abs(t["noise_hi"]))) if len(t) else 1
+    hi = np.abs(t["noise_hi"].to_numpy(dtype=float)) if "noise_hi" in t else np.array([])
+    xmax = float(hi[np.isfinite(hi)].max()) if np.isfinite(hi).any() else 0.05
     ax[2].axvspan(0, max(xmax, 0.05) * 1.1, color="tab:blue", alpha=0.1, lw=0)
     ax[0].set_yticks(y, labels, fontsize=6)
     ax[0].set_xlabel("primary contrast (GEE, 95 % CI; red: divergence after Holm)", fontsize=8)
