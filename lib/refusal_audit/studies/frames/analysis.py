@@ -313,7 +313,9 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                     rows.append(row)
                     if len(it):
                         rev.append(stats.reversals(it.assign(**base), list(base)))
-            for shared in (False, True):  # the declared per-model fit, then the shared-slope sensitivity
+            declared = judge in fr.confirmatory.judges and outcome in fr.confirmatory.outcomes
+            # the declared per-model fit, then (for the declared judges and outcomes) the shared-slope sensitivity
+            for shared in (False, True) if declared else (False,):
                 tail = SHARED if shared else ""
                 for other in interaction_models(fr):
                     rows.append({"judge": judge, "outcome": outcome, "subset": subset, "model": other,
