@@ -1,7 +1,7 @@
 """The frames noise criterion's simulation grid at the default run's and the paper roster's designs
 (``stats.simulate_noise_grid``; DEFINITIONS.md "Beyond paraphrase noise"): per design and subset, the
 item count, the decodes per cell and the declared family's size read from the params file, and the grid
-(frame effect 0-0.8 x random-sign swing SD 0-0.9, 300 replicates, 400 item-bootstrap draws). Writes
+(frame effect 0-0.8 incl. the seed's 3.6 and 11.8 points x random-sign swing SD 0-0.9, 300 replicates; the mean-square noise comparison and the primary contrast, issue 48). Writes
 ``benchmarks/frames_noise_grid.csv`` and prints the size (largest share called beyond over the null cells)
 and the power at each design, with the CPU seconds each grid took.
 
@@ -51,7 +51,7 @@ def main():
         null = g[g["null"]]
         print(f"{name} {subset}: {n} items x {decodes} decodes, family {family}: {cpu:.1f} s CPU; size "
               f"{null['rate_beyond'].max():.3f} over {len(null)} null cells")
-        print(g.pivot_table(index="frame_effect", columns="swing_sd", values="rate_detect").round(2).to_string())
+        print(g.pivot_table(index="frame_effect", columns="swing_sd", values="rate_significant").round(2).to_string())
         grids.append(g.assign(design=name, subset=subset, cpu_s=round(cpu, 2)))
     pd.concat(grids, ignore_index=True).round(4).to_csv(OUT, index=False)
     print(f"wrote {OUT.relative_to(ROOT)}")

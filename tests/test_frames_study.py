@@ -269,9 +269,14 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     rev = out["reversals"].set_index(["subset", "model", "contrast"])
     assert rev.loc[("all", "m1", "E-N"), "n_items"] == 30 and rev.loc[("all", "m1", "E-N"), "n_reversed"] <= 3
     sentences = analysis.verdicts(t, 0.05)
-    assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and ": significant; beyond" in v for v in sentences)
+    assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and "DIVERGENCE" in v
+                                        and ": significant; secondary: beyond" in v for v in sentences)
+    assert (r.loc[("all", "m1", "E-N"), "divergence"], r.loc[("all", "m0", "E-N"), "divergence"]) == ("divergence", "no divergence")
+    # the shared-slope sensitivity rows are exploratory (outside the family), one per declared interaction
+    sens = t[t["contrast"].str.endswith(analysis.SHARED)]
+    assert len(sens) == 2 * 2 and not sens["confirmatory"].any() and sens["p_holm"].isna().all()
     # the report's verdict: the significant and the untestable tests in words, one line for the rest
-    said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05)), {"confirmatory": t})
+    said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05), studies=p.studies), {"confirmatory": t})
     named = [v for v in sentences if ": significant" in v or "NOT TESTED" in v]
     assert said[1].startswith("What this run could have seen") and said[2:-1] == named
     assert said[-1].startswith(f"The other {33 - len(named)} tests are not significant")
@@ -282,10 +287,13 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     # the null tests say what they could have seen: m0's E-N on all items, at its swing, from the 30-item grid
     m0 = r.loc[("all", "m0", "E-N")]
     grid = sim[sim["n_items"] == 30]
-    assert m0["mde_swing_sd"] == stats.swing_for(grid, m0["mean_abs_paraphrase"])
+    assert m0["rms_swing_net"] < 0.1   # no true swing: the observed mean square is decode noise, netted out
+    assert m0["mde_swing_sd"] == stats.swing_column(grid, m0["rms_swing_net"])
     assert m0["mde_80"] == pytest.approx(stats.min_detectable(grid, m0["mde_swing_sd"])) and 0.1 < m0["mde_80"] < 0.5
+    assert m0["mde_80_primary"] == pytest.approx(stats.min_detectable(grid, m0["mde_swing_sd"], rate="rate_significant"))
+    assert m0["fpr_primary"] <= 0.05 and 0 <= m0["power_primary_036"] <= m0["power_primary_118"] <= m0["power_primary_200"]
     assert any(v.startswith("m0, refusal (outcome judge, all items), E-N") and f"power only for a frame effect of "
-               f"{m0['mde_80']:.2f}" in v for v in sentences)
+               f"{m0['mde_80_primary']:.2f}" in v for v in sentences)
 
 
 def swinging(n_items=36, frame=0.0, swing_sd=0.5, seed=0, decodes=7):
@@ -317,13 +325,15 @@ def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
     r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")
           & t["contrast"].isin(["E-D", "E-N", "D-N"])].set_index("contrast")
     assert len(r) == 3 and (r["status"] == "ok").all()
-    assert (r["mean_abs_paraphrase"] > r["mean_abs_delta"]).all() and not r["beyond_noise"].any()
+    assert (r["ms_paraphrase"] > r["ms_delta"]).all() and not r["beyond_noise"].any()
+    assert r["rms_swing_net"].between(0.4, 0.8).all()   # the planted swing (SD 0.6), net of decode noise
     if frame == 0:
         assert not r["significant"].any()
     else:
         assert r.loc["E-N", "delta"] > 0.15 and r.loc["D-N", "delta"] == pytest.approx(0, abs=0.1)
     said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
-    assert len(said) == 1 and "not beyond paraphrase noise; this design (100 items, paraphrase swing SD" in said[0]
+    assert len(said) == 1 and "not beyond paraphrase noise" in said[0]
+    assert frame > 0 or "this design (100 items, rewording swing 0." in said[0]
 
 
 def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
@@ -337,24 +347,41 @@ def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
 
 
 def test_the_interaction_is_fitted_with_the_primary_models_covariates():
-    """The frame x model Wald test from a pooled fit that carries C~ (centred within each model) and frame:C~,
-    checked against statsmodels' GEE on a hand-built design and the Wald statistic b' V^-1 b by hand."""
+    """The frame x model Wald test from a pooled fit that carries, PER MODEL, paraphrase, C~ (centred within
+    each model) and frame:C~ (issue 48), checked against statsmodels' GEE on a hand-built design and the Wald
+    statistic b' V^-1 b by hand; and, with independence, its frame x model coefficients equal the difference
+    of the two models' own primary fits (seen failing with the slopes shared: the sensitivity fit)."""
     import statsmodels.api as sm
 
     d = planted3(n_items=20)
-    d = d.assign(familiarity=d["familiarity"] + np.where(d["model"] == "m1", 1.0, 0.0)
-                 + d["item_id"].str[1:].astype(int) % 3)   # differs by model and is not linear in the item
+    fam = d["item_id"].str[1:].astype(int) % 3
+    d = d.assign(familiarity=d["familiarity"] + np.where(d["model"] == "m1", 1.0, 0.0) + fam)
+    # m1's frame effect depends on familiarity, m0's does not: model-specific slopes matter
+    rng = np.random.default_rng(4)
+    lift = (d["model"] == "m1") & (d["frame"] == "E") & (fam == 2)
+    d.loc[lift, "y"] = (rng.random(lift.sum()) < 0.9).astype(float)
     got = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0)
     g = d[d["model"].isin(["m0", "m1"])].copy()
     g["c"] = g["familiarity"] - g["model"].map(g.drop_duplicates(["model", "item_id"]).groupby("model")["familiarity"].mean())
     x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
                       "m1": (g["model"] == "m1") * 1.0, "B": (g["paraphrase"] == "B") * 1.0, "c": g["c"]})
-    x["Dm1"], x["Em1"], x["Dc"], x["Ec"] = x["D"] * x["m1"], x["E"] * x["m1"], x["D"] * x["c"], x["E"] * x["c"]
+    x["Dc"], x["Ec"] = x["D"] * x["c"], x["E"] * x["c"]
+    for k in ("D", "E", "B", "c", "Dc", "Ec"):
+        x[f"{k}m1"] = x[k] * x["m1"]
     res = sm.GEE(g["y"].to_numpy(), x, groups=pd.factorize(g["cluster"])[0], family=sm.families.Binomial(),
                  cov_struct=sm.cov_struct.Independence()).fit(cov_type="robust")
     b = res.params[["Dm1", "Em1"]].to_numpy()
     v = res.cov_params().loc[["Dm1", "Em1"], ["Dm1", "Em1"]].to_numpy()
     assert got["stat"] == pytest.approx(float(b @ np.linalg.solve(v, b)), rel=1e-5) and got["df"] == 2
+    # the declared model's frame x model effect = m1's primary E effect - m0's (each its own fit, FORMULA)
+    own = {}
+    for m in ("m0", "m1"):
+        gm = g[g["model"] == m]
+        own[m] = stats.fit_gee_logit(gm, analysis.FORMULA.format(ref="N"), "cluster", cov_type="robust").params
+    e = "C(frame, Treatment('N'))[T.E]"
+    assert res.params["Em1"] == pytest.approx(own["m1"][e] - own["m0"][e], abs=1e-6)
+    shared = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0, shared_slopes=True)
+    assert shared["status"] == "ok" and abs(shared["stat"] - got["stat"]) > 0.5
 
 
 def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
@@ -405,6 +432,7 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
      r"^x.yaml: frames.confirmatory.subsets: expected subsets with items: non_harmful holds no item"),
     ({"familiarity_quantile": 1.2}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"familiarity_quantile": 0.3}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
+    ({"kappa_floor": 1.5}, r"^x.yaml: frames.kappa_floor: expected a number in \[0, 1\]"),
     ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
 ])
 def test_bad_confirmatory_params_stop_at_load(registered, section, message):
@@ -491,7 +519,7 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert t["confirmatory"].sum() == 33  # the null control is not in the Holm family
     planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
     assert planted_rows["significant"].all()
-    assert any("m1:null" in v and "not significant; not beyond" in v for v in analysis.verdicts(t, 0.05))
+    assert any("m1:null" in v and "not significant; secondary: not beyond" in v for v in analysis.verdicts(t, 0.05))
     with pytest.raises(config.ParamsError, match="frames.null_control"):
         three_models(null_control=["m9"])
 
@@ -519,3 +547,95 @@ def test_familiarity_on_the_public_text_against_its_unseen_rewording():
     share = familiarity.familiar_share(got.reset_index())
     assert share.to_dict("records") == [{"model": "m", "n_items": 2, "familiarity_margin": pytest.approx(margin),
                                          "n_familiar": 1, "share_familiar": 0.5}]
+
+
+def test_verdict_rows_fill_every_key_from_the_tables():
+    """Issue 49's contract on this study's tables (the planted three-model table): every key present and every
+    value a non-empty string; the planted model's rows say divergence, the others no divergence with an MDE;
+    the null control's wording (issue 49 item 3) never says "rejected" of a null that was not."""
+    p = three_models(null_control=["m1"])
+    d = planted3()
+    d = pd.concat([d, d[d["model"] == "m0"].assign(model="m1:null")])
+    t = analysis.confirmatory(p, d, {"outcome": "outcome"})["confirmatory"]
+    p.stats = SimpleNamespace(alpha=0.05)
+    rows = F.verdict_rows(p, {"confirmatory": t})
+    keys = {"study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls"}
+    assert rows and all(set(r) == keys and all(isinstance(v, str) and v for v in r.values()) for r in rows)
+    by = {(r["system"], r["role"], r["question"]): r for r in rows}
+    planted_row = by[("m1", "primary", "frame changes refusal? (all items)")]
+    assert planted_row["answer"] == "divergence" and "Holm p" in planted_row["estimate"] and "power" in planted_row["power"]
+    quiet = by[("m0", "primary", "frame changes refusal? (all items)")]
+    assert quiet["answer"] == "no divergence" and quiet["power"].startswith("MDE +")
+    null = [r for r in rows if r["role"] == "null control"]
+    assert len(null) == 1 and null[0]["answer"] == "no divergence"
+    assert all("null control not rejected (as expected)" in r["controls"] for r in rows)
+    head = F.verdicts(p, {"confirmatory": t})
+    assert any("not rejected (as expected)" in h for h in head) and not any("rejected, as it must be" in h for h in head)
+
+
+def test_the_verdict_flags_a_near_empty_familiarity_stratum_and_disagreeing_harm_judges():
+    """2 of 36 items familiar is what the 95 % null gives by chance (Binomial(36, 0.05)'s 95th percentile is 4):
+    flagged; 12 of 36 is not. A harm-judge kappa of 0.11 is below the declared floor 0.4: flagged; 0.6 is not.
+    A shipped shape table with a share outside (0, 1] stops with one line naming the file and the column."""
+    p = three_models()
+    share = pd.DataFrame({"model": ["m0", "m1"], "n_items": [36, 36], "n_familiar": [2, 12]})
+    agree = pd.DataFrame({"judge_a": ["outcome"], "judge_b": ["learned_harmful"], "outcome": ["harmful_compliance"],
+                          "on": ["replies to harmful requests"], "n": [100], "kappa": [0.11]})
+    got = F.flags(p, {"familiarity_share": share, "judge_agreement": agree})
+    assert "m0 2 of 36" in got["familiarity"] and "m1" not in got["familiarity"]
+    assert "kappa 0.11 < floor 0.40" in got["harm_judges"]
+    none = F.flags(p, {"familiarity_share": share.assign(n_familiar=12), "judge_agreement": agree.assign(kappa=0.6)})
+    assert none == {"familiarity": "", "harm_judges": ""}
+
+
+def test_a_bad_shape_table_is_one_clear_error(tmp_path):
+    from refusal_audit.config import ParamsError
+    from refusal_audit.studies.frames import shapes
+
+    t = shapes.read()
+    assert t is not None and shapes.worst_size(t)[0] <= 0.05
+    bad = tmp_path / "frames_shapes.csv"
+    t.assign(frame_share=t["frame_share"].where(t.index > 0, 1.5)).to_csv(bad, index=False)
+    with pytest.raises(ParamsError, match=r"frames_shapes.csv: frame_share: expected shares in \(0, 1\], got 1.5"):
+        shapes.read(bad)
+
+
+def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
+    """One prompt under every frame label gives one greedy reply under each: those rows are dropped from the null
+    control (not from the models), so its cells' decodes are independent across frames (issue 48)."""
+    d = pd.DataFrame({"model": ["m1", "m1", "m1:null", "m1:null"], "temperature": [0.0, 0.4, 0.0, 0.4], "y": 1.0})
+    got = analysis.sampled_null(d)
+    assert list(zip(got["model"], got["temperature"])) == [("m1", 0.0), ("m1", 0.4), ("m1:null", 0.4)]
+    greedy = d[d["temperature"] == 0]
+    assert analysis.sampled_null(greedy).equals(greedy)   # a greedy-only grid keeps its rows
+
+
+def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
+    """``<params>.sha256`` beside a params file is its registration: a match passes, a changed file stops with
+    one line naming the file and the key; ``record`` says what the manifest should hold."""
+    from refusal_audit.config import ParamsError
+    from refusal_audit.studies.frames import registration
+
+    params = tmp_path / "control.yaml"
+    params.write_text("run_name: x\n")
+    registration.verify(params)                                  # no registration: nothing to check
+    assert registration.record(params)["registration"] == "none"
+    (tmp_path / "control.sha256").write_text(registration.sha256(params) + "  control.yaml\n")
+    registration.verify(params)
+    assert registration.record(params)["registration"] == "matches"
+    params.write_text("run_name: y\n")
+    with pytest.raises(ParamsError, match=r"control.yaml: sha256: expected [0-9a-f]{64} \(the registration in "
+                                          r"control.sha256\), got [0-9a-f]{64}"):
+        registration.verify(params)
+    assert registration.record(params)["registration"] == "does not match"
+
+
+def test_the_headline_figure_draws_every_declared_pair_test_and_an_empty_table():
+    from refusal_audit.studies.frames import charts
+
+    p = three_models()
+    t = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})["confirmatory"]
+    fig = charts.verdict(t, 0.05, "TESTBED.")
+    pairs = t["family"].str.startswith("confirmatory") & t["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & (t["status"] == "ok")
+    assert len(fig.axes) == 3 and len(fig.axes[0].get_yticks()) == int(pairs.sum())
+    assert len(charts.verdict(t.iloc[:0], 0.05, "TESTBED.").axes) == 3

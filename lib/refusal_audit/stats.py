@@ -523,10 +523,10 @@ def holm_family(pvalues) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NoiseTest:
-    """Frame swings against paraphrase swings, on magnitudes (``paraphrase_noise_test``)."""
+    """Frame contrasts against paraphrase contrasts, in mean square (``paraphrase_noise_test``)."""
 
-    frame: float        # mean over items of |Delta_F_i|
-    paraphrase: float   # mean over items of |Delta_P_i|
+    frame: float        # mean over items of Delta_F_i^2
+    paraphrase: float   # mean over items of Delta_P_i^2
     margin: float       # frame - paraphrase
     lo: float
     hi: float
@@ -543,16 +543,21 @@ def _bootstrap_verdict(data, boot, alpha):
 
 def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, seed: int,
                           alpha: float = 0.05) -> NoiseTest:
-    """Does the frame move an item more than rewording it does? (``studies/frames/DEFINITIONS.md``.)
+    """Does the frame move items more, in mean square, than rewording does? (``studies/frames/DEFINITIONS.md``.)
 
     Per item, the frame contrast Delta_F_i (``frame_contrasts``) and the paraphrase contrast Delta_P_i of
-    the same frame pair (``paraphrase_contrasts``): the same four cells read along the two axes, so the
-    same scale, estimator and decode noise. The statistic is the margin on MAGNITUDES,
-    M = mean_i |Delta_F_i| - mean_i |Delta_P_i| (one estimator: the mean of the per-item differences);
-    its CI is the percentile interval under the item-cluster bootstrap (``clusters``: items sharing a
-    cluster are drawn together; one set of draws), p the two-sided bootstrap p of M = 0 (2 x the smaller
-    tail share) and ``beyond`` = M > 0 and p < alpha. Paraphrase swings of random sign, which cancel out of
-    mean Delta_P, count here at their size. Items where either contrast is NaN are dropped."""
+    the same frame pair (``paraphrase_contrasts``): two orthogonal contrasts of the same four cells, so with
+    independent cells their decode-noise variances are equal whatever the cell probabilities, and
+    M = mean_i Delta_F_i^2 - mean_i Delta_P_i^2 has expectation mean_i F_i^2 - mean_i P_i^2 (the true
+    contrasts) for every spread of frame and rewording effects over items: decode noise cancels exactly.
+    One estimator (the mean of the per-item differences d_i); its SE is the cluster-robust one (``clusters``:
+    items sharing a cluster are one unit; sqrt(G/(G-1) sum_g (D_g - M n_g)^2) / N, D_g the cluster's sum of
+    d_i), referred to t(G - 1): with one item per cluster it is the one-sample t test of d_i. CI at 1 - alpha,
+    two-sided p, ``beyond`` = M > 0 and p < alpha. (The item-bootstrap percentile interval used before issue
+    48 reached 5-6.5 % size at the boundary with 19-36 items; the t reference stays at or below 3.5 %.)
+    Items where either contrast is NaN are dropped. ``n_boot`` and ``seed`` are unused (kept for callers)."""
+    from scipy import stats as st
+
     f = np.asarray(frame_delta, dtype=float)
     q = np.asarray(paraphrase_delta, dtype=float)
     c = pd.Series(np.asarray(clusters))
@@ -561,43 +566,72 @@ def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, 
         raise ValueError("paraphrase_noise_test: need at least two items with both contrasts")
     codes, _ = pd.factorize(c[ok])
     g = codes.max() + 1
-    d_sums = np.bincount(codes, np.abs(f[ok]) - np.abs(q[ok]), g)
-    counts = np.bincount(codes, minlength=g).astype(float)
-    draws = _cluster_draws(g, n_boot, seed)
-    boot = d_sums[draws].sum(-1) / counts[draws].sum(-1)
-    data = d_sums.sum() / counts.sum()
-    lo, hi, p, beyond = _bootstrap_verdict(data, boot, alpha)
-    return NoiseTest(float(np.abs(f[ok]).mean()), float(np.abs(q[ok]).mean()), float(data), float(lo), float(hi),
-                     float(p), bool(beyond), int(g))
+    d = f[ok] ** 2 - q[ok] ** 2
+    margin = float(d.mean())
+    sums = np.bincount(codes, d, g) - margin * np.bincount(codes, minlength=g)
+    se = float(np.sqrt(g / (g - 1) * (sums ** 2).sum()) / len(d)) if g > 1 else np.nan
+    crit = st.t.ppf(1 - alpha / 2, g - 1) if g > 1 else np.nan
+    if se > 0:
+        p = float(2 * st.t.sf(abs(margin) / se, g - 1))
+    else:
+        p = 1.0 if margin == 0 or not np.isfinite(se) else 0.0
+    return NoiseTest(float((f[ok] ** 2).mean()), float((q[ok] ** 2).mean()), margin, margin - crit * se,
+                     margin + crit * se, p, bool(margin > 0 and p < alpha), int(g))
 
 
-# the simulation grid of the noise criterion (DEFINITIONS.md): frame effects and random-sign paraphrase
-# swing SDs, in probability points
-FRAME_EFFECTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
+def decode_noise_variance(cells: pd.DataFrame, item: str, frame: str, paraphrase: str, outcome: str,
+                          pairs, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per item (and ``by``) and frame pair: the decode-noise variance of Delta_P_i (= that of Delta_F_i),
+    ``noise_var`` = sum over the four cells of s_c^2 / k_c / 4 (s_c^2 the cell's replies' variance, ddof 1;
+    k_c its replies; a cell of one reply contributes 0). mean(Delta_P_i^2 - noise_var) is unbiased for
+    mean P_i^2, the true rewording swing in mean square (DEFINITIONS.md)."""
+    keys = [*by, item, frame, paraphrase]
+    v = cells.groupby(keys)[outcome].agg(lambda y: y.var(ddof=1) / len(y) if len(y) > 1 else 0.0).rename("v")
+    v = v.reset_index()
+    rows = []
+    for f1, f2 in pairs:
+        s = v[v[frame].isin([f1, f2])].groupby([*by, item])
+        got = s["v"].agg(["sum", "size"]).reset_index()
+        got = got[got["size"] == 4]
+        rows.append(got.assign(f1=f1, f2=f2, noise_var=got["sum"] / 4)[[*by, item, "f1", "f2", "noise_var"]])
+    return pd.concat(rows, ignore_index=True)
+
+
+# the simulation grid of the noise criterion and of the primary contrast (DEFINITIONS.md): frame effects
+# (incl. the seed's +11.8 and 3.6 points) and random-sign paraphrase swing SDs, in probability points
+FRAME_EFFECTS = (0.0, 0.036, 0.05, 0.1, 0.118, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
 SWING_SDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9)
 
 
 def simulate_noise_grid(n_items: int, n_decodes: int, frame_effects=FRAME_EFFECTS, swing_sds=SWING_SDS,
-                        reps: int = 300, n_boot: int = 400, seed: int = 0, alpha: float = 0.05,
-                        family_size: int = 1, base: float = 0.5, item_sd: float = 0.1) -> pd.DataFrame:
-    """Size and power of ``paraphrase_noise_test`` over a grid of (frame effect, paraphrase swing SD),
-    vectorised over cells x ``reps`` replicates. Per item: a base probability base + N(0, item_sd); a
-    paraphrase swing s_i ~ N(0, swing_sd), random in sign (A gets +s_i/2, B -s_i/2); the frame effect
-    (f1 +effect/2, f2 -effect/2); probabilities clipped to [0, 1]; each of the four cells is the mean of
-    ``n_decodes`` Bernoulli draws. One item-bootstrap draw matrix (``n_boot`` x items) serves every
-    replicate. Per cell: the TRUE mean |frame| and |swing| per item (from the clipped probabilities), the
-    observed mean |Delta_F_i| and |Delta_P_i|, ``null`` = true frame <= true swing, ``rate_beyond``
-    (the criterion's verdict) and ``rate_detect`` = beyond AND the item-level t test of mean Delta_F at
-    alpha / ``family_size`` (Holm's strictest step), the two a contrast needs to be claimed."""
+                        reps: int = 300, n_boot: int = 0, seed: int = 0, alpha: float = 0.05,
+                        family_size: int = 1, base: float = 0.5, item_sd: float = 0.1,
+                        frame_share: float = 1.0, swing_share: float = 1.0) -> pd.DataFrame:
+    """Size and power of ``paraphrase_noise_test`` and of the primary contrast over a grid of (frame effect,
+    paraphrase swing SD), vectorised over cells x ``reps`` replicates. Per item: a base probability
+    base + N(0, item_sd); a paraphrase swing s_i ~ N(0, swing_sd), random in sign (A gets +s_i/2, B -s_i/2),
+    on the first ``swing_share`` of the items (0 on the others); the frame effect (f1 +effect/2, f2 -effect/2)
+    on the first ``frame_share`` of them; probabilities clipped to [0, 1]; each of the four cells is the mean
+    of ``n_decodes`` Bernoulli draws; the noise test is ``paraphrase_noise_test``'s t test (one item per
+    cluster; ``n_boot`` unused). Per cell: the TRUE mean F_i^2 and P_i^2 (from the clipped probabilities; ``true_rms_*`` their
+    roots), the observed means, ``null`` = true mean F^2 <= true mean P^2, ``rate_beyond`` (the noise
+    criterion's verdict), ``rate_significant`` (the primary contrast alone: the item-level t test of mean
+    Delta_F at alpha / ``family_size``, Holm's strictest step; a stand-in for the GEE Wald test) and
+    ``rate_detect`` = both."""
     from scipy import stats as st
 
+    for name, share in (("frame_share", frame_share), ("swing_share", swing_share)):
+        if not 0 < share <= 1:
+            raise ValueError(f"simulate_noise_grid: {name} must be in (0, 1], got {share}")
     rng = np.random.default_rng(seed)
     fe, sd = np.meshgrid(np.asarray(frame_effects, float), np.asarray(swing_sds, float), indexing="ij")
     fe, sd = fe.ravel()[:, None, None], sd.ravel()[:, None, None]
     shape = (fe.shape[0], reps, n_items)
+    on_f = (np.arange(n_items) < max(1, round(frame_share * n_items))).astype(float)
+    on_s = (np.arange(n_items) < max(1, round(swing_share * n_items))).astype(float)
     item = base + rng.normal(0, item_sd, shape)
-    swing = sd * rng.standard_normal(shape)
-    prob = {(a, b): np.clip(item + a * fe / 2 + b * swing / 2, 0, 1) for a in (1, -1) for b in (1, -1)}
+    swing = sd * rng.standard_normal(shape) * on_s
+    prob = {(a, b): np.clip(item + a * fe * on_f / 2 + b * swing / 2, 0, 1) for a in (1, -1) for b in (1, -1)}
     y = {k: rng.binomial(n_decodes, v) / n_decodes for k, v in prob.items()}
 
     def axes(c):  # (frame contrast, paraphrase contrast) of four cells
@@ -605,31 +639,31 @@ def simulate_noise_grid(n_items: int, n_decodes: int, frame_effects=FRAME_EFFECT
 
     true_f, true_p = axes(prob)
     obs_f, obs_p = axes(y)
-    d = (np.abs(obs_f) - np.abs(obs_p)).reshape(-1, n_items)
-    draws = np.random.default_rng(seed + 1).integers(0, n_items, size=(n_boot, n_items))
-    weights = np.zeros((n_boot, n_items))
-    np.add.at(weights, (np.repeat(np.arange(n_boot), n_items), draws.ravel()), 1.0 / n_items)
-    boot = d @ weights.T
-    _, _, _, beyond = _bootstrap_verdict(d.mean(-1), boot, alpha)
-    beyond = beyond.reshape(shape[:2])
+    d = obs_f ** 2 - obs_p ** 2
+    sd_d = d.std(-1, ddof=1)
+    t_d = np.divide(d.mean(-1) * np.sqrt(n_items), sd_d, out=np.zeros_like(sd_d), where=sd_d > 0)
+    beyond = (t_d > 0) & (2 * st.t.sf(np.abs(t_d), n_items - 1) < alpha)
     sd_f = obs_f.std(-1, ddof=1)
     t = np.divide(obs_f.mean(-1) * np.sqrt(n_items), sd_f, out=np.zeros_like(sd_f), where=sd_f > 0)
     significant = 2 * st.t.sf(np.abs(t), n_items - 1) < alpha / family_size
-    out = pd.DataFrame({"n_items": n_items, "n_decodes": n_decodes, "frame_effect": fe.ravel(), "swing_sd": sd.ravel(),
-                        "true_abs_frame": np.abs(true_f).mean((1, 2)), "true_abs_swing": np.abs(true_p).mean((1, 2)),
-                        "mean_abs_df": np.abs(obs_f).mean((1, 2)), "mean_abs_dp": np.abs(obs_p).mean((1, 2)),
-                        "rate_beyond": beyond.mean(1), "rate_detect": (beyond & significant).mean(1),
-                        "family_size": family_size, "reps": reps, "n_boot": n_boot})
-    out["null"] = out["true_abs_frame"] <= out["true_abs_swing"]
+    out = pd.DataFrame({"n_items": n_items, "n_decodes": n_decodes, "frame_share": frame_share, "swing_share": swing_share,
+                        "frame_effect": fe.ravel(), "swing_sd": sd.ravel(),
+                        "true_ms_frame": (true_f ** 2).mean((1, 2)), "true_ms_swing": (true_p ** 2).mean((1, 2)),
+                        "ms_df": (obs_f ** 2).mean((1, 2)), "ms_dp": (obs_p ** 2).mean((1, 2)),
+                        "rate_beyond": beyond.mean(1), "rate_significant": significant.mean(1),
+                        "rate_detect": (beyond & significant).mean(1),
+                        "family_size": family_size, "reps": reps})
+    out["true_rms_frame"], out["true_rms_swing"] = np.sqrt(out["true_ms_frame"]), np.sqrt(out["true_ms_swing"])
+    out["null"] = out["true_ms_frame"] <= out["true_ms_swing"] + 1e-12
     return out
 
 
-def swing_for(grid: pd.DataFrame, mean_abs_dp: float) -> float:
-    """The smallest swing SD of ``grid`` whose simulated mean |Delta_P_i| under no frame effect reaches the
-    observed ``mean_abs_dp`` (decode noise included on both sides); the largest SD when none does."""
-    zero = grid[grid["frame_effect"] == grid["frame_effect"].min()].sort_values("swing_sd")
-    reach = zero[zero["mean_abs_dp"] >= mean_abs_dp]
-    return float(reach["swing_sd"].iloc[0] if len(reach) else zero["swing_sd"].iloc[-1])
+def swing_column(grid: pd.DataFrame, rms_swing: float) -> float:
+    """The smallest swing SD of ``grid`` at or above ``rms_swing`` (the run's rewording swing, root mean
+    square net of decode noise); the largest SD when none is (so the MDE read there errs large)."""
+    sds = np.sort(grid["swing_sd"].unique())
+    above = sds[sds >= rms_swing - 1e-9]
+    return float(above[0] if len(above) else sds[-1])
 
 
 def min_detectable(grid: pd.DataFrame, swing_sd: float, power: float = 0.8, rate: str = "rate_detect") -> float:

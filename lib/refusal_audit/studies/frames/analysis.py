@@ -195,7 +195,7 @@ def _subset(d: pd.DataFrame, subset: str) -> pd.DataFrame:
 
 def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
     """Per model, item and frame pair: Delta (both paraphrases), Delta under A and under B, the matched
-    paraphrase contrast, and the item's cluster."""
+    paraphrase contrast, the decode-noise variance of either (``noise_var``), and the item's cluster."""
     by = ["model"]
     args = ("item_id", "frame", "paraphrase", "y", pairs)
     out = stats.frame_contrasts(g, *args, by=by)
@@ -204,6 +204,7 @@ def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
         out = out.merge(one.rename(columns={"delta": f"delta_{r.lower()}"})[[*by, "item_id", "f1", "f2", f"delta_{r.lower()}"]],
                         on=[*by, "item_id", "f1", "f2"], how="left")
     out = out.merge(stats.paraphrase_contrasts(g, *args, by=by), on=[*by, "item_id", "f1", "f2"], how="left")
+    out = out.merge(stats.decode_noise_variance(g, *args, by=by), on=[*by, "item_id", "f1", "f2"], how="left")
     return out.merge(g.drop_duplicates("item_id")[["item_id", "cluster"]], on="item_id", how="left")
 
 
@@ -245,21 +246,28 @@ def interaction_models(fr) -> list[str]:
     return [m for m in fr.models if m != ref and m not in bases and fr.base_of.get(ref) != m]
 
 
+SHARED = " (shared familiarity slopes; sensitivity)"
+
+
 def _wald_row(g: pd.DataFrame, ref_frame: str, reference_model: str, other: str, cov_type: str,
-              below: int) -> dict:
-    """Joint Wald test that ``other``'s frame effects equal ``reference_model``'s (pooled fit of the two,
-    item clusters, with the primary model's covariates: the familiarity C~, centred within each model, and
-    its frame interaction): chi2 on (frames - 1) df, or F(q, G - 1) with the t-reference rule."""
+              below: int, shared_slopes: bool = False) -> dict:
+    """Joint Wald test that ``other``'s frame effects equal ``reference_model``'s: a pooled fit of the two
+    with item clusters and the primary model's terms PER MODEL (``y ~ (frame + paraphrase + C~ + frame:C~) *
+    model``, C~ centred within each model), so the frame x model coefficients are exactly the difference of
+    the two models' own primary frame effects; chi2 on (frames - 1) df, or F(q, G - 1) with the t-reference
+    rule. ``shared_slopes``: the sensitivity fit with paraphrase, C~ and frame:C~ common to both models (the
+    test before issue 48)."""
     g = g[g["model"].isin([reference_model, other])]
     if g["model"].nunique() < 2:
         return {"status": "no fit: a model has no rows"}
     g = pd.concat([x.assign(c=stats.mean_centre(x, "familiarity", cluster="item_id")) for _, x in g.groupby("model")])
-    frame = f"C(frame, Treatment('{ref_frame}'))"
-    formula = f"y ~ {frame} * C(model, Treatment('{reference_model}')) + C(paraphrase) + c + {frame}:c"
+    frame, model = f"C(frame, Treatment('{ref_frame}'))", f"C(model, Treatment('{reference_model}'))"
+    formula = (f"y ~ {frame} * {model} + C(paraphrase) + c + {frame}:c" if shared_slopes
+               else f"y ~ ({frame} + C(paraphrase) + c + {frame}:c) * {model}")
     res, scale = _fit(g, formula, cov_type)
     if res is None:
         return {"status": scale}
-    w = stats.wald_terms(res, r"C\(frame.*\]:C\(model")
+    w = stats.wald_terms(res, r"^C\(frame[^:]*\]:C\(model[^:]*\]$")
     n = int(res.model.num_group)
     dist, p = stats.wald_reference(w, n, stats.use_t_reference(n, below))
     return {"stat": w.chi2, "dist": dist, "df": float(w.df), "p": p, "n_clusters": n, "scale": scale, "status": "ok"}
@@ -298,19 +306,26 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                         row["status"] = scale
                     if it["delta_p"].notna().sum() >= 2:
                         t = stats.paraphrase_noise_test(it["delta"], it["delta_p"], it["cluster"], s.n_bootstrap, p.seed, s.alpha)
-                        row.update(mean_abs_delta=t.frame, mean_abs_paraphrase=t.paraphrase, noise_margin=t.margin,
-                                   noise_lo=t.lo, noise_hi=t.hi, noise_p=t.pvalue, beyond_noise=t.beyond)
+                        both = it.dropna(subset=["delta_p"])
+                        row.update(ms_delta=t.frame, ms_paraphrase=t.paraphrase, noise_margin=t.margin,
+                                   noise_lo=t.lo, noise_hi=t.hi, noise_p=t.pvalue, beyond_noise=t.beyond,
+                                   rms_swing_net=float(np.sqrt(max(t.paraphrase - both["noise_var"].mean(), 0.0))))
                     rows.append(row)
                     if len(it):
                         rev.append(stats.reversals(it.assign(**base), list(base)))
-            for other in interaction_models(fr):
-                rows.append({"judge": judge, "outcome": outcome, "subset": subset, "model": other,
-                             "contrast": f"frame x model vs {fr.interaction_reference}",
-                             **_wald_row(sub, ref, fr.interaction_reference, other, fr.cov_type, fr.t_below_clusters)})
-            for b, instruct in fr.base_of.items():
-                rows.append({"judge": judge, "outcome": outcome, "subset": subset, "model": instruct,
-                             "contrast": f"H3: frame x (base {b} vs instruct)",
-                             **_wald_row(sub, ref, instruct, b, fr.cov_type, fr.t_below_clusters)})
+            declared = judge in fr.confirmatory.judges and outcome in fr.confirmatory.outcomes
+            # the declared per-model fit, then (for the declared judges and outcomes) the shared-slope sensitivity
+            for shared in (False, True) if declared else (False,):
+                tail = SHARED if shared else ""
+                for other in interaction_models(fr):
+                    rows.append({"judge": judge, "outcome": outcome, "subset": subset, "model": other,
+                                 "contrast": f"frame x model vs {fr.interaction_reference}{tail}",
+                                 **_wald_row(sub, ref, fr.interaction_reference, other, fr.cov_type, fr.t_below_clusters,
+                                             shared)})
+                for b, instruct in fr.base_of.items():
+                    rows.append({"judge": judge, "outcome": outcome, "subset": subset, "model": instruct,
+                                 "contrast": f"H3: frame x (base {b} vs instruct){tail}",
+                                 **_wald_row(sub, ref, instruct, b, fr.cov_type, fr.t_below_clusters, shared)})
     table = pd.DataFrame(rows)
     family = declared_family(fr, judges_in_run).assign(confirmatory=True)
     family = pd.concat([family, declared_family(fr, judges_in_run, null=True).assign(null_control=True)])
@@ -333,10 +348,16 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
                                np.where(null, f"null control (Holm over {int(null.sum())})", "exploratory (uncorrected)"))
     table["significant"] = np.where(conf | null, table["p_holm"] < s.alpha, table["p"] < s.alpha)
     table["beyond_noise"] = table["beyond_noise"].astype("boolean")
+    pair = table["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & (conf | null)
+    # the primary claim (seed 6.2): a frame-pair contrast significant after Holm over its declared family
+    table["divergence"] = pd.Series(np.where(pair, table["significant"], np.nan), dtype="object").map(
+        {True: "divergence", False: "no divergence"})
     table, sim = detectable(p, table, conf | null, int(conf.sum()))
     order = keys + ["family", "scale", "estimate", "se", "ci_lo", "ci_hi", "dist", "df", "p", "p_holm", "significant", "delta",
-                    "paraphrase_delta", "mean_abs_delta", "mean_abs_paraphrase", "noise_margin", "noise_lo", "noise_hi",
-                    "noise_p", "beyond_noise", "mde_80", "mde_swing_sd", "n_items", "n_clusters", "stat", "status",
+                    "paraphrase_delta", "divergence", "ms_delta", "ms_paraphrase", "noise_margin", "noise_lo",
+                    "noise_hi", "noise_p", "beyond_noise", "rms_swing_net", "mde_swing_sd", "mde_80", "mde_80_primary",
+                    "fpr_primary", "power_primary_118", "power_primary_036", "power_primary_200", "power_noise_118",
+                    "power_noise_036", "power_noise_200", "n_items", "n_clusters", "stat", "status",
                     "confirmatory"]
     table = table[[c for c in order if c in table] + [c for c in table if c not in order]]
     table = table.sort_values(["confirmatory", *keys], ascending=[False, True, True, True, True, True], ignore_index=True)
@@ -351,36 +372,59 @@ def n_decodes(fr) -> int:
     return len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
 
 
+SEED_EFFECTS = {"118": 0.118, "036": 0.036, "200": 0.2}   # the seed's +11.8 and -3.6 points (abs), and +20
+
+
 def detectable(p, table: pd.DataFrame, tested: pd.Series, family_size: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The noise criterion's simulation grid (``stats.simulate_noise_grid``) at each item count of the
-    tested frame-pair rows (this run's n, decodes and family size), and per such row ``mde_80``: the
-    smallest frame effect (probability points) that the design calls beyond noise AND significant at
-    Holm's strictest step with 80 % power, at the row's paraphrase swing (``mde_swing_sd``: the grid's
-    swing SD whose simulated mean |Delta_P_i| reaches the row's observed one). Returns (table, grid)."""
+    """The simulation grid (``stats.simulate_noise_grid``) at each item count of the tested frame-pair rows
+    (this run's n, decodes and family size) and, per such row, at the row's rewording swing
+    (``rms_swing_net``: root mean square of Delta_P_i net of decode noise; ``mde_swing_sd`` the grid column at
+    or above it): ``mde_80`` (beyond noise AND significant at Holm's strictest step, 80 % power),
+    ``mde_80_primary`` (the primary contrast alone), ``fpr_primary`` (the primary's simulated rejection rate
+    at no frame effect, largest over the grid's swings) and the power at the seed's effect sizes
+    (``power_primary_*``, ``power_noise_*``: 118 = 11.8 points, 036 = 3.6, 200 = 20). Returns (table, grid)."""
     fr, s = p.studies[NAME], p.stats
-    rows = tested & table["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & table["mean_abs_paraphrase"].notna() \
-        if "mean_abs_paraphrase" in table else tested & False
-    table = table.assign(mde_80=np.nan, mde_swing_sd=np.nan)
+    rows = tested & table["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & table["rms_swing_net"].notna() \
+        if "rms_swing_net" in table else tested & False
+    cols = ["mde_80", "mde_80_primary", "mde_swing_sd", "fpr_primary",
+            *[f"power_{k}_{e}" for k in ("primary", "noise") for e in SEED_EFFECTS]]
+    table = table.assign(**{c: np.nan for c in cols})
     grids = {}
-    for n in sorted(set(table.loc[rows, "n_items"].astype(int))):
-        grids[n] = stats.simulate_noise_grid(n, n_decodes(fr), seed=p.seed, alpha=s.alpha, family_size=max(family_size, 1))
+    # the null control's cells hold the sampled decodes only (``sampled_null``)
+    decodes = pd.Series(np.where(table["model"].str.endswith(NULL), max(n_decodes(fr) - 1, 1), n_decodes(fr)),
+                        index=table.index)
+    for n, k in sorted({(int(table.at[i, "n_items"]), int(decodes[i])) for i in table.index[rows]}):
+        grids[n, k] = stats.simulate_noise_grid(n, k, seed=p.seed, alpha=s.alpha, family_size=max(family_size, 1))
     for i in table.index[rows]:
-        grid = grids[int(table.at[i, "n_items"])]
-        sd = stats.swing_for(grid, table.at[i, "mean_abs_paraphrase"])
-        table.loc[i, ["mde_swing_sd", "mde_80"]] = sd, stats.min_detectable(grid, sd)
+        grid = grids[int(table.at[i, "n_items"]), int(decodes[i])]
+        sd = stats.swing_column(grid, table.at[i, "rms_swing_net"])
+        col = grid[np.isclose(grid["swing_sd"], sd)].set_index("frame_effect")
+        table.loc[i, ["mde_swing_sd", "mde_80", "mde_80_primary"]] = (
+            sd, stats.min_detectable(grid, sd), stats.min_detectable(grid, sd, rate="rate_significant"))
+        table.loc[i, "fpr_primary"] = grid.loc[grid["frame_effect"] == 0, "rate_significant"].max()
+        for e, v in SEED_EFFECTS.items():
+            table.loc[i, [f"power_primary_{e}", f"power_noise_{e}"]] = col.loc[v, ["rate_significant", "rate_detect"]].to_numpy()
     sim = pd.concat(grids.values(), ignore_index=True) if grids else pd.DataFrame()
     return table, sim
 
 
 def _could_see(r) -> str:
-    """What a test that found nothing could have found (``mde_80``)."""
+    """What a test that found nothing could have found (``mde_80_primary``, the primary contrast's MDE) and
+    its simulated power at the seed's effect sizes."""
     if pd.isna(r.get("mde_swing_sd")):
         return ""
-    where = f"{int(r['n_items'])} items, paraphrase swing SD {r['mde_swing_sd']:.2f}"
-    if pd.isna(r["mde_80"]):
-        return f"; this design ({where}) had 80 % power for no frame effect up to {max(stats.FRAME_EFFECTS):.2f}"
-    return (f"; this design ({where}) had 80 % power only for a frame effect of {r['mde_80']:.2f} "
-            f"({100 * r['mde_80']:.0f} points) or more")
+    where = f"{int(r['n_items'])} items, rewording swing {r['rms_swing_net']:.2f} (RMS net of decode noise)"
+    mde = r["mde_80_primary"]
+    head = (f"; this design ({where}) had 80 % power for no frame effect up to {max(stats.FRAME_EFFECTS):.2f}"
+            if pd.isna(mde) else f"; this design ({where}) had 80 % power only for a frame effect of {mde:.2f} "
+            f"({100 * mde:.0f} points) or more")
+    return head + f" ({power_words(r)})"
+
+
+def power_words(r) -> str:
+    """The primary contrast's simulated false-positive rate and power at the seed's sizes, in words."""
+    return (f"simulated false-positive rate {100 * r['fpr_primary']:.1f} %; power {r['power_primary_118']:.2f} at "
+            f"11.8 points, {r['power_primary_036']:.2f} at 3.6, {r['power_primary_200']:.2f} at 20")
 
 
 def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
@@ -397,10 +441,11 @@ def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
         if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
             noise = ("beyond paraphrase noise" if bool(r["beyond_noise"]) else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
-            found = r["p_holm"] < alpha and pd.notna(r["beyond_noise"]) and bool(r["beyond_noise"])
-            out.append(head + f"Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), {r['scale']} {r['estimate']:+.2f} "
-                       f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; {noise}"
-                       f"{'' if found else _could_see(r)}.")
+            found = r["p_holm"] < alpha
+            div = "DIVERGENCE" if found else "no divergence"
+            out.append(head + f"{div}: Delta {r['delta']:+.3f} ({100 * r['delta']:+.0f} points), {r['scale']} "
+                       f"{r['estimate']:+.2f} [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}], p = {r['p']:.3g}, {holm}: {sig}; "
+                       f"secondary: {noise}{_could_see(r) if not found else ''}.")
         else:
             out.append(head + f"{r['dist']} = {r['stat']:.2f}, p = {r['p']:.3g}, {holm}: {sig}.")
     return out
@@ -432,11 +477,25 @@ def training_pools(p, names: list[str]) -> dict[str, pd.DataFrame]:
     return pools
 
 
+def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
+    """The null control's rows without their greedy (T = 0) decode: one prompt under every frame label gives
+    the same greedy reply under each, so those cells would share their decode noise across frames and the
+    noise comparison could not be tested for size on them; the sampled decodes differ by label
+    (``null_seeds``), so each cell's replies are independent draws (issue 48). A grid without sampled decodes
+    keeps its greedy rows (the noise comparison's size is then not tested on the null)."""
+    if "temperature" not in d:
+        return d
+    null = d["model"].str.endswith(NULL)
+    if not (null & (d["temperature"] > 0)).any():   # a greedy-only grid: nothing else to analyse (kept as is)
+        return d
+    return d[~(null & (d["temperature"] == 0))]
+
+
 def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     fr, s = p.studies[NAME], p.stats
     frames = list(fr.frames)
     pairs = pairs_of(frames)
-    d = long_outcomes(generations, judgments, harmful_requests(items), cluster_ids(items["item_id"]))
+    d = sampled_null(long_outcomes(generations, judgments, harmful_requests(items), cluster_ids(items["item_id"])))
     main = d[d["judge"] == MAIN_JUDGE]
     item_deltas, con = contrasts(d, pairs, s.n_bootstrap, p.seed, s.alpha)
     # descriptive: the spread of single-item, single-frame paraphrase gaps (not a test; see confirmatory)

@@ -44,6 +44,44 @@ def contrasts(con: pd.DataFrame, band: pd.DataFrame, models: list[str], text: st
     return fig
 
 
+def verdict(conf: pd.DataFrame, alpha: float, text: str):
+    """The headline: per declared frame-pair test (confirmatory and null-control families), (a) the primary
+    contrast (GEE, log-odds or risk difference) with its 95 % CI, filled when significant after Holm; (b) its
+    Holm p against the decision line alpha (the band below it: "divergence"); (c) the mean-square noise
+    comparison M = mean dF^2 - mean dP^2 with its CI (the band above 0: "beyond paraphrase noise")."""
+    pair = conf["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")
+    t = conf[conf["family"].str.startswith(("confirmatory", "null control")) & pair & (conf["status"] == "ok")]
+    t = t.sort_values(["family", "outcome", "subset", "model", "contrast"]).reset_index(drop=True)
+    labels = [f"{r.model} | {r.outcome[:7]} {r.subset[:8]} | {r.contrast}" for r in t.itertuples()]
+    y = np.arange(len(t))[::-1]
+    sig = (t["p_holm"] < alpha).to_numpy()
+    fig, ax = plt.subplots(1, 3, figsize=(13, 0.22 * len(t) + 1.6), sharey=True, gridspec_kw={"width_ratios": [3, 1.4, 2]})
+    for k, (est, lo, hi) in enumerate([("estimate", "ci_lo", "ci_hi"), (None, None, None), ("noise_margin", "noise_lo", "noise_hi")]):
+        if est is None:
+            ax[k].axvspan(0, alpha, color="tab:green", alpha=0.15, lw=0)
+            ax[k].scatter(t["p_holm"].clip(lower=1e-4), y, c=np.where(sig, "tab:red", "0.4"), s=14)
+            ax[k].axvline(alpha, color="tab:green", lw=1)
+            ax[k].set_xscale("log")
+            ax[k].set_xlabel(f"Holm p (band < {alpha}: divergence)", fontsize=8)
+            continue
+        err = np.vstack([t[est] - t[lo], t[hi] - t[est]])
+        for mask, face in ((sig, "tab:red"), (~sig, "white")):
+            ax[k].errorbar(t.loc[mask, est], y[mask], xerr=np.nan_to_num(err[:, mask]), fmt="o", ms=4, capsize=2,
+                           color="tab:red" if face == "tab:red" else "0.4", mfc=face)
+        ax[k].axvline(0, color="0.3", lw=0.8)
+    hi = np.abs(t["noise_hi"].to_numpy(dtype=float)) if "noise_hi" in t else np.array([])
+    xmax = float(hi[np.isfinite(hi)].max()) if np.isfinite(hi).any() else 0.05
+    ax[2].axvspan(0, max(xmax, 0.05) * 1.1, color="tab:blue", alpha=0.1, lw=0)
+    ax[0].set_yticks(y, labels, fontsize=6)
+    ax[0].set_xlabel("primary contrast (GEE, 95 % CI; red: divergence after Holm)", fontsize=8)
+    ax[2].set_xlabel("mean dF^2 - mean dP^2, 95 % CI (band: beyond noise)", fontsize=8)
+    fig.tight_layout()
+    add_caption(fig, text + " Each row a declared frame-pair test (outcome judge; the null control's rows carry ':null'). "
+                "The verdict is the primary contrast after Holm (middle); the noise comparison is secondary "
+                "(studies/frames/DEFINITIONS.md).")
+    return fig
+
+
 def equivalence(thr: pd.DataFrame, text: str):
     t = thr[(thr.get("judge") == MAIN) & (thr.get("outcome") == "refusal")] if "judge" in thr else thr.iloc[:0]
     fig, ax = plt.subplots(figsize=(5, 3.2))

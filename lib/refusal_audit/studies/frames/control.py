@@ -183,8 +183,8 @@ def preregistered_rows(confirmatory: pd.DataFrame, params_file=PREREGISTERED) ->
     import hashlib
 
     rows = confirmatory[confirmatory["family"].str.startswith(("confirmatory", "null control"))]
-    cols = ["model", "contrast", "family", "scale", "estimate", "ci_lo", "ci_hi", "p", "p_holm", "delta", "mean_abs_delta",
-            "mean_abs_paraphrase", "noise_margin", "noise_lo", "noise_hi", "beyond_noise", "mde_80", "n_items", "status"]
+    cols = ["model", "contrast", "family", "scale", "estimate", "ci_lo", "ci_hi", "p", "p_holm", "delta", "ms_delta",
+            "ms_paraphrase", "noise_margin", "noise_lo", "noise_hi", "beyond_noise", "mde_80", "n_items", "status"]
     return rows[cols].assign(params_sha256=hashlib.sha256(open(params_file, "rb").read()).hexdigest())
 
 
