@@ -613,8 +613,8 @@ def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
 def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
     """``<params>.sha256`` beside a params file is its registration: a match passes, a changed file stops with
     one line naming the file and the key; ``record`` says what the manifest should hold."""
+    from refusal_audit import config, registration
     from refusal_audit.config import ParamsError
-    from refusal_audit.studies.frames import registration
 
     params = tmp_path / "control.yaml"
     params.write_text("run_name: x\n")
@@ -627,6 +627,8 @@ def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
     with pytest.raises(ParamsError, match=r"control.yaml: sha256: expected [0-9a-f]{64} \(the registration in "
                                           r"control.sha256\), got [0-9a-f]{64}"):
         registration.verify(params)
+    with pytest.raises(ParamsError, match=r"control.yaml: sha256: expected"):  # the way every command loads params
+        config.load(params)
     assert registration.record(params)["registration"] == "does not match"
 
 

@@ -257,6 +257,9 @@ def load(path: str | Path) -> Params:
         raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    from . import registration
+
+    registration.verify(path)  # a registered params file (``<params>.sha256`` beside it) must match it
     return from_dict(raw, str(path))
 
 

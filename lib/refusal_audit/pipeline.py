@@ -228,7 +228,10 @@ class Run:
         return sorted(files)
 
     def write_manifest(self) -> Path:
-        return store.write_manifest(self.dir, config.to_dict(self.p), self.inputs())
+        from . import registration
+
+        record = registration.record(Path(self.p.source_file)) if Path(self.p.source_file).is_file() else {}
+        return store.write_manifest(self.dir, config.to_dict(self.p), self.inputs(), record)
 
 
 # --- whole runs and user entry points ------------------------------------------------------------------

@@ -104,9 +104,10 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def write_manifest(run_dir: str | Path, params: dict, inputs: list[str | Path]) -> Path:
-    """``manifest.json``: resolved params, package versions, git commit, sha256 of every input and
-    of every file the run wrote (everything under ``run_dir`` except shards and the manifest)."""
+def write_manifest(run_dir: str | Path, params: dict, inputs: list[str | Path], registration: dict | None = None) -> Path:
+    """``manifest.json``: resolved params, the params file's registration (``registration.record``), package
+    versions, git commit, sha256 of every input and of every file the run wrote (everything under ``run_dir``
+    except shards and the manifest)."""
     run_dir = Path(run_dir)
 
     def rel(p: Path) -> str:
@@ -117,6 +118,7 @@ def write_manifest(run_dir: str | Path, params: dict, inputs: list[str | Path]) 
                      and p.name != "manifest.json" and not p.name.startswith("."))
     manifest = {
         "params": params,
+        "registration": registration or {},
         "git_commit": _git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),

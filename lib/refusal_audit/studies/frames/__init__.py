@@ -175,9 +175,6 @@ def check(p, where: str) -> None:
     need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
          "null or a model named under models", fr.paraphraser)
     check_confirmatory(fr, where)
-    if Path(where).is_file():   # a registered params file (``<params>.sha256``) must match its registration
-        from .registration import verify
-        verify(Path(where))
 
 
 def judge_kinds(fr: Params) -> dict[str, str]:
