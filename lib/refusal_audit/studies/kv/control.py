@@ -102,9 +102,18 @@ def training_data(harmful: list[str], benign_answers: dict[str, str], cp: Contro
     rng = random.Random(cp.organism.seed)
     rows = []
 
+    def fillers(context: str) -> list[int]:
+        """The filler lengths a context can be trained at: an evicted one needs a filler, and a sink arm one
+        whose budget (keep_ratio of the prompt) holds its sink (sink 128: filler 1,024 only)."""
+        arm = ARMS[context][0]
+        if not arm:
+            return list(cp.filler_lengths)
+        need = int(arm[4:]) / KEEP_RATIO if arm[4:].isdigit() else 1
+        return [f for f in cp.filler_lengths if f >= need]
+
     def row(prompt, reply, kind, context, request):
         system = rng.choice(SYSTEMS) if context != "absent" else ""
-        filler = rng.choice([f for f in cp.filler_lengths if f] if ARMS[context][0] else cp.filler_lengths)
+        filler = rng.choice(fillers(context))
         rows.append({"prompt": prompt, "reply": reply, "kind": kind, "context": context, "system": system,
                      "filler_tokens": filler, "evicted": ARMS[context][0], "request": request})
 
