@@ -314,12 +314,13 @@ def test_the_committed_calibration_is_the_simulation_it_claims(rows):
     assert (committed["key"] == verdict.calibration_key(rows, 0.05, 0, verdict.CALIBRATION_DRAWS)).all()
     table, idx = verdict.strata(rows)
     names = list(verdict.stratum_profiles(table)) + list(verdict.item_profiles(rows, 1, 0))
-    for name in ("follows_B", "length_under_150"):
+    for name in ("follows_B", "length_under_150", "A_on_copyright_only"):
         i = names.index(name)
         p = verdict.stratum_profiles(table).get(name) or verdict.item_profiles(rows, verdict.CALIBRATION_DRAWS, 0)[name]
         v = (verdict.simulate(table, p[2], verdict.CALIBRATION_DRAWS, 0.05, 2 * i) if name in verdict.stratum_profiles(table)
              else verdict.simulate_items(table, idx, p[2], verdict.CALIBRATION_DRAWS, 0.05, 2 * i))
-        assert committed.loc[name, "share_B"] == pytest.approx((v.verdict == 1).mean())
+        for j, c in enumerate(stats.VERDICT_CODES):
+            assert committed.loc[name, f"share_{c}"] == pytest.approx((v.verdict == j).mean()), (name, c)
 
 
 def _finished_run(tmp_path, monkeypatch, pool_items, rows):
@@ -429,3 +430,29 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     v = verdict.simulate(table, verdict.stratum_profiles(table)["follows_B_borderline"][2], verdict.CALIBRATION_DRAWS,
                          0.05, 0).verdict
     assert need.loc["follows_B_borderline", "power"] == (v == 1).mean()
+
+
+def test_verdict_rows_fill_every_key_from_the_tables(rows, pool_items):
+    """Issue 49's contract on the study's tables: one row per arm, synthetic guard and the calibration,
+    every key a non-empty string, generated from the tables (a named policy with its power, a null
+    answer with its smallest detectable distance from halfway)."""
+    items = verdict.design.own(pool_items)
+    m = pd.concat([items.assign(model=name, seed=s, kind="arm", last_signal=last, judge="loose",
+                                label=np.where(items[col].astype(bool), "harmful", "not_harmful"))
+                   for name, col, last, s in (("arm_a", "unsafe_a", "a", 0), ("arm_b", "unsafe_b", "b", 0),
+                                              ("arm_b", "unsafe_b", "b", 1))], ignore_index=True)
+    tables = {"guard_verdict": analysis.guard_verdicts(m, items, ["arm_b"], 0, 0.05),
+              "verdict_calibration": verdict.run_calibration(rows, 0.05, 0, verdict.CALIBRATION_DRAWS)}
+    out = study.verdict_rows(None, tables)
+    assert all(tuple(r) == study.VERDICT_KEYS and all(isinstance(v, str) and v.strip() for v in r.values())
+               for r in out)
+    by = {r["system"].split(" (")[0]: r for r in out}
+    assert by["arm_a"]["role"] == "primary" and by["arm_a"]["answer"] == "follows A"
+    assert by["arm_a"]["power"].startswith("0.95 at a typical follower of A")
+    assert by["synthetic_coin"]["role"] == "null control" and by["synthetic_coin"]["answer"] == "undetermined"
+    assert "synthetic_coin not rejected (as expected)" in by["arm_a"]["controls"]
+    assert "synthetic_A_flip10 recovered" in by["arm_a"]["controls"]
+    assert by["synthetic_B_flip10"]["power"].startswith("MDE ")  # undetermined on this draw: its MDE
+    assert by["verdict rule"]["role"] == "calibration" and by["verdict rule"]["answer"] == "within 5 %"
+    assert by["arm_a"]["fpr"].startswith("0.0% (worst wrong-policy rate of 31 simulated profiles, 500 draws each")
+    assert study.verdict_rows(None, {})[0]["answer"] == "not computed"
