@@ -162,14 +162,17 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     # pool (HarmBench and XSTest) has no request-style safe baseline (JailbreakBench): the copyright items
     # (A stricter) are in the requests group, whose baseline has 0 answered items, so no guard gets a position
     # there and none is named a policy (issue 45: a baseline class under MIN_ITEMS answers gives undetermined
-    # with the counts); the 17 B-stricter XSTest prompts still place E6 (hard labels A) with A
+    # with the counts)
     v = t["guard_verdict"].set_index("guard")
     assert v["follows"].eq("undetermined").all()
     assert v.loc["E6_hard_a", "reason"].startswith("no position on A-stricter: ")
     assert "requests baseline 0 safe / 0 unsafe answered, " in v.loc["E6_hard_a", "reason"]
     assert "fewer than 10 answered in a baseline class" in v.loc["E6_hard_a", "reason"]
-    assert v.loc["E6_hard_a", "side_b_stricter"] == "A" and v.loc["synthetic_A_flip10", "side_b_stricter"] == "A"
-    assert v.loc["E1_b_only", "side_b_stricter"] != "A"
+    # on the 17 B-stricter XSTest prompts the known answers side with their policy; E6 (hard labels A) sits
+    # toward A and E1 (B) toward B, their intervals too wide to side (power)
+    assert v.loc["synthetic_A_flip10", "side_b_stricter"] == "A" and v.loc["synthetic_B_flip10", "side_b_stricter"] == "B"
+    assert v.loc["E6_hard_a", "pos_b_stricter"] > 0.5 > v.loc["E1_b_only", "pos_b_stricter"]
+    assert v.loc["E1_b_only", "side_b_stricter"] != "A" and v.loc["E6_hard_a", "side_b_stricter"] != "B"
     said = study.verdicts(p, t)
     assert said[0].startswith("Known answers") and "NOT all recovered" in said[0]
     # the rule's calibration on these items, beside the verdict; the 0.5 rank test named a sensitivity analysis
