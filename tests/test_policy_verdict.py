@@ -425,6 +425,9 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     assert f"follows_A {need.loc['follows_A', 'power']:.0%}, needs {need.loc['follows_A', 'needed']}" in lines[1]
     assert (need["n_disputed"] == n_disputed).all() and need.loc["follows_B", "power"] >= 0.8
     assert need.loc["follows_B", "needed"] <= n_disputed < need.loc["follows_A_borderline", "needed"]
+    # the strata grown are named: only those that need it (issue 45); none where the items available suffice
+    assert need.loc["follows_A", "grow"] == "none" and need.loc["follows_A_borderline", "grow"] != "none"
+    assert f"follows_A_borderline {need.loc['follows_A_borderline', 'power']:.0%}, needs " in lines[1]
     # the power at the items available is the calibration's own simulation of that profile on those items
     table, _ = verdict.strata(bench)
     v = verdict.simulate(table, verdict.stratum_profiles(table)["follows_B_borderline"][2], verdict.CALIBRATION_DRAWS,

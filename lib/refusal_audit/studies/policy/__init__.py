@@ -820,8 +820,10 @@ def plan_notes(p) -> list[str]:
             f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",
             f"policy: the verdict rule (both directions; {verdict.CALIBRATION_DRAWS} simulated guards per profile, as in "
             f"verdict_calibration.csv) at alpha = {p.stats.alpha}: power with the {len(d)} disputed rows available, and "
-            "the disputed rows (this mix of rule pairs, scaled) it needs for 80 %: "
-            + "; ".join(f"{r.profile} {r.power:.0%}, needs {r.needed if r.needed > 0 else 'more than ' + str(8 * len(d))}"
+            "the disputed rows it needs for 80 %, growing only the strata that need it: "
+            + "; ".join(f"{r.profile} {r.power:.0%}, needs "
+                        + (f"{r.needed} ({'this mix of rule pairs' if r.grow == 'none' else 'growing ' + r.grow})"
+                           if r.needed > 0 else f"more than {8 * len(d)}")
                         for r in need.itertuples())]
 
 
