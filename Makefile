@@ -102,8 +102,8 @@ confusion: $(VENV)/.installed
 	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --models "$(or $(MODELS),$(MODEL))" --run "$(RUN)" \
 		--decisions "$(DECISIONS)" --params $(PARAMS)
 
-# make guard-items OUT=file.csv: every prompt a guard must score for the policy study's verdict (id, prompt,
-# benchmark; no labels). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and
+# make guard-items OUT=file.csv: every prompt a guard must score for the policy study's verdict (id and
+# prompt only: no benchmark, no labels). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and
 # verdict safe/unsafe or p_unsafe; a guard column for several guards) -> results/<RUN>/guard_verdict.csv (follows
 # A, B or undetermined), guard_scores.csv, guard_verdict.png, beside the run's trained arms
 .PHONY: guard-items guard-verdict

@@ -126,7 +126,7 @@ KNOWN = dict(SMALL, datasets=["harmbench", "xstest"], split={"train": 0.5, "vali
                    {"name": "E6_hard_a", "hard_a": 1.0, "teacher": "none"},
                    {"name": "E10_head_a100", "recalibrate": "head", "base": "E1_b_only", "calibration": 1.0}],
              seed_recipes=["E1_b_only"], student={"hidden": 64, "epochs": 30}, teacher={"hidden": 128, "epochs": 30},
-             head={"epochs": 60})
+             head={"epochs": 60}, calibration_draws=40)
 
 
 def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
@@ -158,21 +158,29 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     for needle in ("Operational definitions", rules.POLICY_A.question, rules.POLICY_B.question,
                    "Contamination check", "Seed floor", "rank test", "Known answers", "own last supervision signal"):
         assert needle in text, needle
-    # every trained arm's verdict beside its last supervision signal (the same function as any guard's)
+    # every trained arm's verdict beside its last supervision signal (the same function as any guard's). This
+    # pool (HarmBench and XSTest) has no request-style safe baseline (JailbreakBench): the copyright items
+    # (A stricter) are in the requests group, whose baseline has 0 answered items, so no guard gets a position
+    # there and none is named a policy (issue 45: a baseline class under MIN_ITEMS answers gives undetermined
+    # with the counts)
     v = t["guard_verdict"].set_index("guard")
-    # the A-stricter (copyright) direction places each arm on its last signal's side; the 17 B-stricter XSTest
-    # prompts place E6 (hard labels A) with A, but E10 (A head on B's body) flags 41 % of them and E1 71 %,
-    # between its own both-safe and both-unsafe rates: no policy named there, and never the wrong one
-    assert v.loc["E10_head_a100", "side_a_stricter"] == "A" and v.loc["E1_b_only", "side_a_stricter"] == "B"
-    assert v.loc["E6_hard_a", "follows"] == "A"
-    assert v.loc["E10_head_a100", "follows"] != "B" and v.loc["E1_b_only", "follows"] != "A"
-    assert v.loc[["synthetic_A_flip10", "synthetic_B_flip10", "synthetic_coin", "synthetic_mixed"], "follows"].tolist() \
-        == ["A", "B", "undetermined", "mixed"]
+    assert v["follows"].eq("undetermined").all()
+    assert v.loc["E6_hard_a", "reason"].startswith("no position on A-stricter: ")
+    assert "requests baseline 0 safe / 0 unsafe answered, " in v.loc["E6_hard_a", "reason"]
+    assert "fewer than 10 answered in a baseline class" in v.loc["E6_hard_a", "reason"]
+    # on the 17 B-stricter XSTest prompts the known answers side with their policy; E6 (hard labels A) sits
+    # toward A and E1 (B) toward B, their intervals too wide to side (power)
+    assert v.loc["synthetic_A_flip10", "side_b_stricter"] == "A" and v.loc["synthetic_B_flip10", "side_b_stricter"] == "B"
+    assert v.loc["E6_hard_a", "pos_b_stricter"] > 0.5 > v.loc["E1_b_only", "pos_b_stricter"]
+    assert v.loc["E1_b_only", "side_b_stricter"] != "A" and v.loc["E6_hard_a", "side_b_stricter"] != "B"
     said = study.verdicts(p, t)
-    assert said[0].startswith("Known answers") and "all recovered" in said[0]
+    assert said[0].startswith("Known answers") and "NOT all recovered" in said[0]
     # the rule's calibration on these items, beside the verdict; the 0.5 rank test named a sensitivity analysis
     cal = t["verdict_calibration"]
-    assert (cal["draws"] >= 500).all() and cal["error_ok"].all() and len(cal) == 14
+    assert (cal["draws"] == 40).all() and cal["error_ok"].all() and len(cal) == 31
+    rows = study.verdict_rows(p, t)
+    assert {r["role"] for r in rows} == {"primary", "positive control", "null control", "calibration"}
+    assert all(set(r) == set(study.VERDICT_KEYS) and all(isinstance(v, str) and v for v in r.values()) for r in rows)
     assert any(x.startswith("How far this verdict can be trusted") for x in said)
     assert any(x.startswith("Sensitivity analysis") for x in said)
     assert t["rank_test_at_half"]["analysis"].str.startswith("sensitivity").all()

@@ -152,6 +152,9 @@ class Params:
     thresholds: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 0.9])
     policy_loaded: float = 0.05   # a benchmark is policy-loaded when A and B disagree on this share of its clean rows
     semantic_audit: bool = False  # also flag embedding near-duplicates (cosine >= 0.85) in the audit
+    # simulated guards per profile of the verdict's calibration (verdict_calibration.csv); a run whose items
+    # match benchmarks/policy_verdict_calibration.csv at these draws reads that table instead (issue 45)
+    calibration_draws: int = 500
     guards: list[GuardParams] = field(default_factory=list)
 
 
@@ -211,6 +214,8 @@ def check(p, where: str) -> None:
     need(0 < [arms.last_signal(a) for a in ranked].count("a") < len(ranked), where, "policy.rank_arms",
          "at least one arm whose last supervision signal is policy A and one whose is not", s.rank_arms)
     need(s.n_seeds >= 2, where, "policy.n_seeds", "an integer >= 2 (the seed floor)", s.n_seeds)
+    need(isinstance(s.calibration_draws, int) and s.calibration_draws >= 20, where, "policy.calibration_draws",
+         "an integer >= 20 (simulated guards per profile)", s.calibration_draws)
     need(bool(s.thresholds) and all(0 < t < 1 for t in s.thresholds), where, "policy.thresholds",
          "a non-empty list of numbers in (0, 1)", s.thresholds)
     need(0 < s.policy_loaded <= 1, where, "policy.policy_loaded", "a number in (0, 1]", s.policy_loaded)
@@ -449,7 +454,9 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
             tables["arms_by_benchmarks"], base + "Reference rows: the share each policy's own labels call unsafe."),
         "policy_guard_verdict": charts.guard_position(
             tables["guard_verdict"], base + "Disputed items: clean benchmark rows whose binary labels under A and B "
-                                            "differ; band: +- the seed floor of the arms' agreement with A."),
+                                            "differ; position: between the guard's own flag rates on the undisputed "
+                                            "items of the same dataset and format; 95 % Jeffreys-posterior intervals.",
+            verdict.MARGIN),
         "policy_validation_vs_agreement": charts.validation_vs_agreement(
             tables["validation"], tables["spearman"],
             base + "Validation: clean held-out rows of the pool, 4-class accuracy against policy A's labels. "
@@ -581,17 +588,17 @@ def summary(p, stage: str, table) -> list:
         if "guard_verdict" in table:
             gv = table["guard_verdict"]
             shown += ["**Which policy each guard follows** (disputed clean benchmark items; its position per direction "
-                      "between its own flag rates on the items both policies call safe (0) and unsafe (1), toward A; "
-                      "`stats.policy_verdict`; the arms at the run seed, the synthetic guards of known answer, "
+                      "between its own flag rates on the undisputed items of the same dataset and format (group) that both "
+                      "policies call safe (0) and unsafe (1), toward A; `stats.policy_verdict`; the arms at the run seed, the synthetic guards of known answer, "
                       "released guards):",
                       gv[~gv["guard"].str.contains("|", regex=False)][
                           ["guard", "kind", "last_signal", "n_a_stricter", "n_b_stricter", "flag_both_safe",
                            "flag_both_unsafe", "pos_a_stricter", "pos_a_stricter_lo", "pos_a_stricter_hi",
-                           "pos_b_stricter", "pos_b_stricter_lo", "pos_b_stricter_hi", "follows", "names_own_signal",
-                           "agree_a", "arms_above", "nearest_arm"]].round(3)]
+                           "pos_b_stricter", "pos_b_stricter_lo", "pos_b_stricter_hi", "pair_sides", "follows",
+                           "names_own_signal", "agree_a", "arms_above", "nearest_arm"]].round(3)]
         if "verdict_calibration" in table:
             shown += ["The verdict rule on simulated guards of known profile on these items (`verdict_calibration.csv`):",
-                      table["verdict_calibration"].drop(columns=["description"]).round(3)]
+                      table["verdict_calibration"].drop(columns=["description", "key"], errors="ignore").round(3)]
         return shown + ["**Verdicts**", *verdicts(p, table)]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
@@ -655,12 +662,15 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     pairs.to_csv(folder / "guard_positions.csv", index=False)
     verdict.benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
     cal_file = folder / "stats" / NAME / "verdict_calibration.csv"  # a run analysed before issue 38 has none
-    cal = pd.read_csv(cal_file) if cal_file.is_file() else verdict.calibration(rows, alpha, p.seed)
+    cal = (pd.read_csv(cal_file) if cal_file.is_file() else
+           verdict.run_calibration(rows, alpha, p.seed, p.studies[NAME].calibration_draws))
     shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
     fig = charts.guard_position(
-        shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (band: +- the seed floor "
-               f"{floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
-               f"disputed clean benchmark items (binary labels of A and B differ); Wilson {1 - alpha:.0%} CIs.")
+        shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (seed floor of their agreement "
+               f"with A {floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
+               f"disputed clean benchmark items (binary labels of A and B differ); position between the guard's own "
+               f"flag rates on the undisputed items of the same dataset and format; {1 - alpha:.0%} Jeffreys-posterior "
+               "intervals.", verdict.MARGIN)
     save(fig, "guard_verdict", [folder])
     plt.close(fig)
     return verdict.sentences(theirs, alpha, pairs) + [verdict.trust_line(cal)]
@@ -713,6 +723,87 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     return out
 
 
+# --- the verdict table (issue 49's contract: one row per verdict, every cell a non-empty string) -----------------
+VERDICT_KEYS = ("study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls")
+ANSWERS = {"A": "follows A", "B": "follows B", "mixed": "mixed", "undetermined": "undetermined"}
+
+
+def _position_text(r) -> str:
+    parts = []
+    for d in verdict.DIRECTIONS:
+        if not r[f"n_{d}"]:
+            continue
+        pos, lo, hi = r[f"pos_{d}"], r[f"pos_{d}_lo"], r[f"pos_{d}_hi"]
+        parts.append(f"{verdict.DIRECTION_NAMES[d]} " + (f"{pos:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(pos)
+                                                         else "no position"))
+    return "; ".join(parts) + " (position toward A: 0 = as B labels them, 1 = as A)" if parts else \
+        "not computed: no disputed item answered"
+
+
+def _power_text(r, cal) -> str:
+    """Power at the calibration's typical follower for a named policy; for mixed / undetermined the
+    smallest distance from halfway a direction must show (its interval's half-width + the margin)."""
+    if r["follows"] in ("A", "B"):
+        if cal is None or cal.empty:
+            return "not computed: no calibration table"
+        row = cal.set_index("profile").loc[f"follows_{r['follows']}"]
+        return f"{row['power']:.2f} at a typical follower of {r['follows']} (8 % / 90 %; {int(row['draws'])} draws)"
+    parts = []
+    for d in verdict.DIRECTIONS:
+        lo, hi = r[f"pos_{d}_lo"], r[f"pos_{d}_hi"]
+        if r[f"n_{d}"] and np.isfinite(lo) and np.isfinite(hi):
+            parts.append(f"{verdict.DIRECTION_NAMES[d]} |position - 0.5| >= {(hi - lo) / 2 + verdict.MARGIN:.2f}")
+    return ("MDE " + ", ".join(parts) + " (interval half-width + margin)") if parts else \
+        "not computed: no direction with a position"
+
+
+def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
+    """The policy study's verdicts for the run's verdict table (issue 49): every trained arm at the run
+    seed and every released guard (primary), the synthetic guards of known answer (A's and B's labels
+    with 10 % flipped and issue 38's mixed guard: positive controls; coin flips: null control), and
+    the rule's calibration (worst wrong-policy rate over its profiles)."""
+    gv, cal = tables.get("guard_verdict"), tables.get("verdict_calibration")
+    question = "Which policy does this guard follow?"
+    if gv is None or gv.empty:
+        return [dict(zip(VERDICT_KEYS, (NAME, "policy arms", "primary", question, "not computed",
+                                        *["not computed: no guard_verdict table (run the policy study)"] * 4)))]
+    gv = gv[~gv["guard"].astype(str).str.contains("|", regex=False)]
+    if cal is None or cal.empty:
+        fpr = "not computed: no verdict_calibration table"
+    else:
+        worst = cal.loc[cal["error"].idxmax()]
+        fpr = (f"{worst['error']:.1%} (worst wrong-policy rate of {len(cal)} simulated profiles, "
+               f"{int(worst['draws'])} draws each; {worst['profile']})")
+    syn = gv[gv["kind"] == "synthetic"]
+    words = []
+    for r in syn.itertuples():
+        ok = str(r.names_own_signal) == "True"
+        null = r.last_signal == "known: none"
+        words.append(f"{r.guard} " + (("not rejected (as expected)" if ok else "named a policy") if null else
+                                      ("recovered" if ok else f"not recovered ({r.follows})")))
+    controls = "; ".join(words) or "not run"
+    out = []
+    for r in gv.to_dict("records"):
+        role = {"arm": "primary", "guard": "primary", "user": "primary"}.get(r["kind"])
+        if r["kind"] == "synthetic":
+            role = "null control" if r["last_signal"] == "known: none" else "positive control"
+        if role is None:
+            continue
+        system = r["guard"] + (f" (last signal {str(r['last_signal']).upper()})" if r["kind"] == "arm" else "")
+        out.append({"study": NAME, "system": system, "role": role, "question": question,
+                    "answer": ANSWERS[r["follows"]], "estimate": _position_text(r), "fpr": fpr,
+                    "power": _power_text(r, cal), "controls": controls})
+    if cal is not None and not cal.empty:
+        follow = cal[cal["expected"].isin(["A", "B"])].set_index("profile")["power"]
+        out.append({"study": NAME, "system": "verdict rule", "role": "calibration",
+                    "question": "Does the rule name a wrong policy?",
+                    "answer": "within 5 %" if bool(cal["error_ok"].all()) else "not within 5 %",
+                    "estimate": f"worst wrong-policy rate {cal['error'].max():.1%} over {len(cal)} profiles",
+                    "fpr": fpr, "power": f"follows_A {follow.get('follows_A', np.nan):.2f}, follows_B "
+                                         f"{follow.get('follows_B', np.nan):.2f}", "controls": controls})
+    return out
+
+
 def plan_notes(p) -> list[str]:
     """``make plan``: the disputed items a verdict rests on (benchmark rows whose binary labels under A
     and B differ, before the audit drops contaminated ones), their categories, the pool's binary
@@ -729,8 +820,10 @@ def plan_notes(p) -> list[str]:
             f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",
             f"policy: the verdict rule (both directions; {verdict.CALIBRATION_DRAWS} simulated guards per profile, as in "
             f"verdict_calibration.csv) at alpha = {p.stats.alpha}: power with the {len(d)} disputed rows available, and "
-            "the disputed rows (this mix of rule pairs, scaled) it needs for 80 %: "
-            + "; ".join(f"{r.profile} {r.power:.0%}, needs {r.needed if r.needed > 0 else 'more than ' + str(8 * len(d))}"
+            "the disputed rows it needs for 80 %, growing only the strata that need it: "
+            + "; ".join(f"{r.profile} {r.power:.0%}, needs "
+                        + (f"{r.needed} ({'this mix of rule pairs' if r.grow == 'none' else 'growing ' + r.grow})"
+                           if r.needed > 0 else f"more than {8 * len(d)}")
                         for r in need.itertuples())]
 
 

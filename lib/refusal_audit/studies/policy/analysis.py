@@ -409,7 +409,7 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
         "guard_verdict": guard_verdicts(m, items, list(s.seed_recipes), p_seed, alpha),
         "guard_positions": verdict.rule_pair_positions(guard_answers(m, items, p_seed), verdict.scored_rows(items),
                                                        alpha, p_seed),
-        "verdict_calibration": verdict.calibration(verdict.scored_rows(items), alpha, p_seed),
+        "verdict_calibration": verdict.run_calibration(verdict.scored_rows(items), alpha, p_seed, s.calibration_draws),
         "definitions": definitions(items),
         "overlap": design.overlap(items),
         "models": models_table(generations),

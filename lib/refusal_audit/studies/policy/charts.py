@@ -71,28 +71,43 @@ def validation_vs_agreement(val: pd.DataFrame, rho: pd.DataFrame, text: str):
     return fig
 
 
-def guard_position(table: pd.DataFrame, text: str):
-    """Agreement with policy A on the disputed items (Wilson CI), one row per guard: the trained arms
-    at the run seed (coloured by last supervision signal), with the seed floor drawn around each,
-    then every other guard (released, synthetic, the user's) with its ``follows`` verdict."""
+def guard_position(table: pd.DataFrame, text: str, margin: float = 0.05):
+    """The verdict's own statistic: each guard's position per direction (A-stricter, B-stricter; 0 =
+    as B labels the items, 1 = as A does, between its own rates on the undisputed items of the same
+    groups) with its interval, the band 0.5 +- ``margin`` a side must clear, and the verdict beside
+    it: the trained arms at the run seed (coloured by last supervision signal), then every other
+    guard (released, synthetic, the user's). A direction without a position is marked so."""
     colours = {"a": "#c0392b", "b": "#2471a3", "mixed": "#7d3c98"}
     t = table[~table["guard"].str.contains("|", regex=False)].reset_index(drop=True)
-    floor = float(t["seed_floor"].iloc[0]) if "seed_floor" in t and len(t) else float("nan")
-    fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.28 * len(t)))
-    for i, r in t.iterrows():
-        c = colours.get(r["last_signal"], "0.2")
-        arm = r["kind"] == "arm"
-        if arm and not np.isnan(floor):
-            ax.barh(i, 2 * floor, left=r["agree_a"] - floor, height=0.6, color=c, alpha=0.12, lw=0)
-        ax.errorbar(r["agree_a"], i, xerr=[[r["agree_a"] - r["agree_a_lo"]], [r["agree_a_hi"] - r["agree_a"]]],
-                    fmt="o" if arm else "D", color=c, ms=5, capsize=2)
-    ax.set_yticks(range(len(t)))
-    ax.set_yticklabels([f"{g}  [{s}] -> {f}" for g, s, f in zip(t["guard"], t["last_signal"], t["follows"])],
-                       fontsize=6.5)
-    ax.invert_yaxis()
-    ax.axvline(0.5, color="0.7", lw=0.8, ls=":")
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_xlabel("agreement with policy A on the disputed items (1 = A's labels, 0 = B's)")
-    ax.set_title("Policy study: which policy each guard follows", fontsize=9)
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 1.4 + 0.28 * len(t)), sharey=True)
+    names = {"a_stricter": "A-stricter items (A unsafe, B safe)", "b_stricter": "B-stricter items (B unsafe, A safe)"}
+    lo_all = min(-0.3, *[float(np.nanmin(t[f"pos_{d}_lo"])) for d in names if t[f"pos_{d}_lo"].notna().any()])
+    hi_all = max(1.3, *[float(np.nanmax(t[f"pos_{d}_hi"])) for d in names if t[f"pos_{d}_hi"].notna().any()])
+    lo_all, hi_all = max(lo_all, -1.5), min(hi_all, 2.5)
+    for ax, (d, title) in zip(axes, names.items()):
+        ax.axvspan(0.5 - margin, 0.5 + margin, color="0.85", lw=0)
+        for x in (0, 1):
+            ax.axvline(x, color="0.6", lw=0.7, ls=":")
+        for i, r in t.iterrows():
+            c = colours.get(str(r["last_signal"]).replace("known: ", ""), "0.2")
+            pos, lo, hi = r[f"pos_{d}"], r[f"pos_{d}_lo"], r[f"pos_{d}_hi"]
+            if not np.isfinite(pos):
+                ax.text(0.5, i, "no position" if r[f"n_{d}"] else "no items", ha="center", va="center",
+                        fontsize=6, color=c)
+                continue
+            ax.errorbar(np.clip(pos, lo_all, hi_all), i,
+                        xerr=[[max(np.clip(pos, lo_all, hi_all) - max(lo, lo_all), 0)],
+                              [max(min(hi, hi_all) - np.clip(pos, lo_all, hi_all), 0)]],
+                        fmt="o" if r["kind"] == "arm" else "D", color=c, ms=4, capsize=2)
+            ax.text(hi_all, i, f" {r[f'side_{d}']}", va="center", fontsize=6, color=c)
+        ax.set_xlim(lo_all, hi_all)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("position toward A (0 = as B labels them, 1 = as A)", fontsize=7)
+    axes[0].set_yticks(range(len(t)))
+    axes[0].set_yticklabels([f"{g} [{s}] -> {f}" for g, s, f in zip(t["guard"], t["last_signal"], t["follows"])],
+                            fontsize=6.5)
+    axes[0].invert_yaxis()
+    fig.suptitle(f"Policy study: which policy each guard follows (grey band: 0.5 +- {margin}; a side needs the "
+                 "interval beyond it in every direction)", fontsize=8.5)
     caption(fig, text)
     return fig
