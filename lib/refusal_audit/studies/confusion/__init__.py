@@ -404,8 +404,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     pairs = analysis.pair_table(generations, cp)
     per_prompt, per_cluster = analysis.score_decisions(items, decided, pairs, cp)
     summary_table = analysis.summary(per_cluster, s.n_bootstrap, p.seed, s.alpha)
-    group = "safe" if (per_cluster["label"] == "safe").any() else "all"
-    versus = analysis.frr_vs_cr(summary_table, per_cluster, group)
+    versus = analysis.frr_vs_cr(summary_table, per_cluster, analysis.benign_group(per_cluster), s.alpha)
     tables = {
         "gates": analysis.gate_rates(items, s.alpha),
         "gate_drops": analysis.gate_drops(items),
@@ -475,7 +474,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                 extra = (f" {int(r.n_cross_confused)} of {int(r.n_rejected)} rejections have an event from another "
                          f"cluster ({int(r.n_cross_events)} such events); the label rule removed {int(r.n_events_removed)} cross-label events; "
                          f"{int(r.n_uncovered)} N_k pairs lacked signals.")
-            every = _cross_all(tables.get("clusters"), r.model, r.judge)
+            every = _cross_all(tables.get("clusters"), r.model, r.judge) + _harmful_words(r)
             out.append(f"confusion, {r.model}{tag}, {r.judge}: FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
                        f"{r.clusters_all_rejected} rejected whole)." + extra + every)
@@ -493,6 +492,17 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     if ctl is not None and len(ctl):
         out.append(_controls_words(ctl))
     return out
+
+
+def _harmful_words(r) -> str:
+    """The harmful clusters apart from the FRR: correct refusals and harmful acceptances (the other error)."""
+    n = getattr(r, "n_harmful", 0)
+    if not n or pd.isna(n):
+        return ""
+    return (f" Harmful prompts, apart from the FRR: {int(r.n_harmful_refused)} of {int(n)} refused (correct refusals), "
+            f"{int(r.n_harmful_accepted)} accepted (harmful acceptances, the other error: "
+            f"{r.harmful_acceptance_rate:.2f} [{r.harmful_acceptance_rate_lo:.2f}, {r.harmful_acceptance_rate_hi:.2f}], "
+            "Wilson).")
 
 
 def _cross_all(clusters: pd.DataFrame | None, model: str, judge: str) -> str:

@@ -200,10 +200,45 @@ def wide(summary_table: pd.DataFrame, group: str) -> pd.DataFrame:
     return flat.reset_index()
 
 
-def frr_vs_cr(summary_table: pd.DataFrame, clusters: pd.DataFrame, group: str = "safe") -> pd.DataFrame:
-    """Per arm on the benign clusters: FRR and Confusion Rate (with CIs) side by side, and where the
-    rejections sit: clusters all accepted, mixed (some paraphrases accepted, some rejected) and all
-    rejected (a consistent refusal: FRR counts it, the Confusion Rate does not)."""
+def benign_group(clusters: pd.DataFrame) -> str:
+    """The clusters whose rejections are false ones: ``safe`` when any cluster carries an intended label
+    (safe | unsafe), else ``all`` (an unlabelled user file: every prompt is taken as benign, and said so)."""
+    labels = set(clusters["label"].fillna("")) if "label" in clusters else set()
+    return "safe" if labels & {"safe", "unsafe"} else "all"
+
+
+def harmful_outcomes(clusters: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Per arm, on the harmful (``unsafe``) clusters, the paper's other side, apart from the FRR: refusals
+    (correct ones) and acceptances (harmful acceptances, the other error), each with its Wilson interval
+    (prompts as independent). An arm without harmful prompts gets n_harmful 0 and NaN rates."""
+    rows = []
+    for (model, judge), arm in clusters.groupby(ARM, sort=True):
+        u = arm[arm["label"] == "unsafe"]
+        n, k = int(u["n_prompts"].sum()), int(u["n_rejected"].sum())
+        row = {"model": model, "judge": judge, "n_harmful": n, "n_harmful_refused": k, "n_harmful_accepted": n - k}
+        for name, x in (("harmful_refusal_rate", k), ("harmful_acceptance_rate", n - k)):
+            r = stats.wilson(x, n, alpha) if n else None
+            row.update({name: r.rate if r else np.nan, f"{name}_lo": r.lo if r else np.nan,
+                        f"{name}_hi": r.hi if r else np.nan})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _wilson_columns(table: pd.DataFrame, name: str, k: str, n: str, alpha: float) -> pd.DataFrame:
+    """``<name>_w_lo`` / ``<name>_w_hi``: the Wilson score interval of k / n per row (NaN where n is 0);
+    it holds at k = 0 and k = n, where a bootstrap over few clusters collapses to a point."""
+    bounds = [stats.wilson(int(a), int(b), alpha) if b > 0 else None for a, b in zip(table[k], table[n])]
+    return table.assign(**{f"{name}_w_lo": [r.lo if r else np.nan for r in bounds],
+                           f"{name}_w_hi": [r.hi if r else np.nan for r in bounds]})
+
+
+def frr_vs_cr(summary_table: pd.DataFrame, clusters: pd.DataFrame, group: str = "safe",
+              alpha: float = 0.05) -> pd.DataFrame:
+    """Per arm on the benign clusters: FRR and Confusion Rate (with cluster-bootstrap CIs and Wilson score
+    intervals) side by side, and where the rejections sit: clusters all accepted, mixed (some paraphrases
+    accepted, some rejected) and all rejected (a consistent refusal: FRR counts it, the Confusion Rate does
+    not). The FRR counts benign prompts only; the harmful clusters' refusals (correct) and acceptances (the
+    other error) are reported apart (``harmful_outcomes``)."""
     w = wide(summary_table, group).rename(columns={"reject_rate": "frr", "reject_rate_lo": "frr_lo",
                                                    "reject_rate_hi": "frr_hi"})
     c = clusters[clusters["label"].map(group_of) == group] if group != "all" else clusters
@@ -223,7 +258,10 @@ def frr_vs_cr(summary_table: pd.DataFrame, clusters: pd.DataFrame, group: str = 
         n_neighbours_removed=("n_neighbours_removed", "sum"), n_uncovered=("n_uncovered", "sum")).reset_index()
     keep = ["frr", "frr_lo", "frr_hi", "confusion_rate", "confusion_rate_lo", "confusion_rate_hi",
             "clusters_confused", "ci", "ci_lo", "ci_hi", "depth", "ci_events"]
-    return counts.merge(w[ARM + [k for k in keep if k in w]], on=ARM).assign(group=group)
+    out = counts.merge(w[ARM + [k for k in keep if k in w]], on=ARM).assign(group=group)
+    out = _wilson_columns(_wilson_columns(out, "frr", "n_rejected", "n_prompts", alpha), "confusion_rate",
+                          "n_confused", "n_rejected", alpha)
+    return out.merge(harmful_outcomes(clusters, alpha), on=ARM, how="left")
 
 
 def arm_pairs(table: pd.DataFrame) -> pd.DataFrame:

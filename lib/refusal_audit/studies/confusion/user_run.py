@@ -103,11 +103,24 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     return folder
 
 
+def population(group: str) -> str:
+    """Which prompts the FRR and the benign statistics count (``analysis.benign_group``)."""
+    return ("benign prompts (label safe)" if group == "safe"
+            else "every prompt (no label column: all taken as benign)")
+
+
 def summary_table(per_cluster: pd.DataFrame, n_boot: int, seed: int, alpha: float, signals: bool) -> pd.DataFrame:
-    """Per system and judge: FRR, Confusion Rate, CI, Depth with cluster-bootstrap CIs and the counts."""
-    boot = analysis.summary(per_cluster.assign(label="all"), n_boot, seed, alpha)
-    table = analysis.frr_vs_cr(boot, per_cluster, "all")
-    ci = analysis.wide(boot, "all").reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
+    """Per system and judge, on the benign clusters (every cluster of an unlabelled file): FRR, Confusion
+    Rate, CI, Depth with cluster-bootstrap CIs and the counts; the harmful clusters' refusals (correct) and
+    acceptances (the other error) apart, in the ``harmful_*`` columns."""
+    group = analysis.benign_group(per_cluster)
+    if group == "safe" and not (per_cluster["label"] == "safe").any():
+        raise ValueError("make confusion: the clusters file labels no cluster safe; the FRR and the confusion "
+                         "statistics are about benign prompts (label safe), so at least one benign cluster is needed")
+    boot = analysis.summary(per_cluster, n_boot, seed, alpha)
+    table = analysis.frr_vs_cr(boot, per_cluster, group, alpha)
+    table["population"] = population(group)
+    ci = analysis.wide(boot, group).reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
                                                                           for x in ("", "_lo", "_hi")])
     table = table.drop(columns=[c for c in ("ci", "ci_lo", "ci_hi", "depth") if c in table]).merge(
         ci[["model", "judge", "ci", "ci_lo", "ci_hi", "depth", "depth_lo", "depth_hi"]], on=["model", "judge"])
@@ -140,7 +153,8 @@ def write_tables(folder: Path, items: pd.DataFrame, per_prompt: pd.DataFrame, pe
 def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
     note = testbed_note(p, model_names)
     what = f"decisions from {Path(decisions_csv).name}" if decisions_csv else f"models {', '.join(model_names)}"
-    return (note + f"{what}; same meaning: same cluster or cosine >= {cp.theta} (the gate's tau); k {cp.k}, scope "
+    return (note + f"{what}; same meaning: same cluster or, in another cluster of the same label (safe / unsafe; "
+            f"unlabelled: own cluster only), cosine > {cp.theta} (the gate's tau); FRR on benign prompts; k {cp.k}, scope "
             f"{cp.scope}; cluster-bootstrap 95 % CIs. Aggregates only: no reply is shown.")
 
 
@@ -179,16 +193,23 @@ def label_rule(clusters_csv: str) -> str:
             "are no cross-cluster events and N_k(r) holds r's own cluster's accepted prompts only.")
 
 
+def user_verdict(r: pd.Series) -> str:
+    """One system's answer in words: the FRR and the confusion on the benign prompts, the harmful prompts apart."""
+    out = (f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of {int(r['n_prompts'])} {r['population']} "
+           f"(FRR); {r['confusion_rate']:.0%} of its {int(r['n_rejected'])} rejections of them have an accepted "
+           "prompt of the same meaning (a confusion event), so "
+           + ("its refusal boundary splits paraphrases of one benign intent." if r["n_confused"]
+              else "no benign rejection contradicts an accepted paraphrase."))
+    if r.get("n_harmful", 0) > 0:
+        out += (f" Harmful prompts, apart: {int(r['n_harmful_refused'])} of {int(r['n_harmful'])} refused (correct "
+                f"refusals), {int(r['n_harmful_accepted'])} accepted (harmful acceptances, the other error).")
+    return out
+
+
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
                  clusters_csv: str, model_names: list[str], decisions_csv: str | None) -> Path:
     """A short self-contained ``report.html``: the headline table, the verdicts, the figures, the clusters."""
-    verdicts = []
-    for _, r in summary.iterrows():
-        cr = r["confusion_rate"]
-        verdicts.append(f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of the prompts; "
-                        f"{cr:.0%} of its rejections have an accepted prompt of the same meaning (a confusion "
-                        f"event), so " + ("its refusal boundary splits paraphrases of one intent." if r["n_confused"]
-                                          else "no rejection contradicts an accepted paraphrase."))
+    verdicts = [user_verdict(r) for _, r in summary.iterrows()]
     body = [f"<h1>Semantic confusion: {html.escape(folder.name)}</h1>",
             f"<p>{html.escape(_caption(p, cp, model_names, decisions_csv))}</p>",
             f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
