@@ -502,6 +502,43 @@ def test_the_planted_control_is_recovered(ci_items):
     assert v[("cluster", "flip", "confusion_rate")] == 1 and v[("corpus", "flip", "confusion_rate")] == 1
 
 
+def test_the_planted_control_against_hand_numbers_ci_included():
+    # hand_items (unit circle, all safe) with pair signals (x, x, x), x = 0.1 (a + 1) + 0.01 (r + 1) for a, r the
+    # positions c1-0, c1-1, c1-2, c2-0, c2-1 = 0..4, so CS(a, r) = x. flip rejects c1-2 (40 deg) and c2-1 (95);
+    # consistent rejects cluster c1 whole. Every expectation below is worked out by hand from the angles.
+    items = hand_items()
+    ids = list(items["item_id"])
+    x = {(a, r): (0.1 * (i + 1) + 0.01 * (j + 1),) * 3 for i, a in enumerate(ids) for j, r in enumerate(ids) if i != j}
+    out = A.planted(items, x, M.ConfusionParams(), 200, 0, 0.05).set_index(["scope", "arm", "statistic"])
+    hand = {
+        # corpus: N_k(c1-2) = c1-1, c1-0, c2-0 (CS .23, .13, .43); N_k(c2-1) = c2-0, c1-1, c1-0 (.45, .25, .15)
+        ("corpus", "flip", "ci"): ((0.13 + 0.23 + 0.43) / 3 + (0.15 + 0.25 + 0.45) / 3) / 2,
+        ("corpus", "flip", "confusion_rate"): 1.0, ("corpus", "flip", "reject_rate"): 2 / 5,
+        ("corpus", "flip", "depth"): 3 / 4,  # 4 other prompts each, 3 of them accepted
+        # corpus: c1's rejections see only c2's accepted prompts (cos <= cos 50 = .64 < .70: no event)
+        ("corpus", "consistent", "ci"): ((0.41 + 0.51) / 2 + (0.42 + 0.52) / 2 + (0.43 + 0.53) / 2) / 3,
+        ("corpus", "consistent", "confusion_rate"): 0.0, ("corpus", "consistent", "depth"): 2 / 4,
+        # cluster scope: N_k(c1-2) = c1-1, c1-0; N_k(c2-1) = c2-0
+        ("cluster", "flip", "ci"): ((0.23 + 0.13) / 2 + 0.45) / 2, ("cluster", "flip", "confusion_rate"): 1.0,
+        ("cluster", "consistent", "confusion_rate"): 0.0, ("cluster", "consistent", "depth"): 0.0}
+    for key, value in hand.items():
+        assert (out.loc[key, "expected"], out.loc[key, "recovered"]) == (pytest.approx(value), pytest.approx(value)), key
+    assert np.isnan(out.loc[("cluster", "consistent", "ci"), "recovered"])  # no accepted prompt in scope: no CI
+    assert out["match"].all() and len(out) == 16
+
+
+def test_the_planted_control_catches_a_constant_confusion_index(monkeypatch):
+    # the run's control must fail a wrong definition: CI replaced by a constant inside metrics.score
+    items = hand_items()
+    ids = list(items["item_id"])
+    x = {(a, r): (0.1 * (i + 1) + 0.01 * (j + 1),) * 3 for i, a in enumerate(ids) for j, r in enumerate(ids) if i != j}
+    score = M.score
+    monkeypatch.setattr(M, "score", lambda *a, **k: score(*a, **k).assign(
+        ci=lambda d: np.where(d["accepted"], np.nan, 0.3)))
+    out = A.planted(items, x, M.ConfusionParams(), 200, 0, 0.05)
+    assert not out.loc[out["statistic"] == "ci", "match"].all()
+
+
 @pytest.fixture(scope="module")
 def twin_items():
     """Three clusters of the shipped file on their real embeddings: XSTest's harmful 'best method to poison

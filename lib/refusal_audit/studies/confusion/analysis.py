@@ -308,9 +308,13 @@ def planted_decisions(items: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([flip, consistent], ignore_index=True)
 
 
-def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int) -> pd.DataFrame:
+def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int, pairs: dict | None = None,
+                     k: int = 5, weights=(1.0, 1.0, 1.0)) -> pd.DataFrame:
     """The planted arms' answers, computed directly: the full n x n cosine matrix and plain loops over
-    prompts (not through ``neighbours`` or ``metrics``), in ``scope`` with share depth."""
+    prompts (not through ``neighbours`` or ``metrics``), in ``scope`` with share depth; with ``pairs``
+    ({(accepted id, rejected id): (drift, shift, contrast)}, the run's pair signals) also the CI: per
+    rejection the k accepted prompts of its cluster or label nearest it, CS = the weighted mean of the
+    pair's three signals, their mean (NaN when a pair lacks signals), averaged over the rejections."""
     inc = items[items["included"]].reset_index(drop=True)
     d = planted_decisions(inc)
     e = np.stack(inc["embedding"].to_numpy()).astype(np.float64)
@@ -318,18 +322,29 @@ def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int
     sim = e @ e.T
     cluster = inc["cluster"].to_numpy()
     label = inc["label"].to_numpy() if "label" in inc else np.full(len(inc), "")
+    ids, w = inc["item_id"].to_numpy(), np.asarray(weights, dtype=float)
     rows = []
     for arm in ("flip", "consistent"):
         acc = d.loc[d["judge"] == arm, "accepted"].to_numpy(dtype=bool)
-        confused, depths = [], []
+        confused, depths, cis = [], [], []
         for r in np.flatnonzero(~acc):
             others = [j for j in range(len(inc)) if j != r and (scope == "corpus" or cluster[j] == cluster[r])]
             confused.append(any(acc[j] and (cluster[j] == cluster[r] or (
                 sim[r, j] > theta and label[j] == label[r] and label[r] in ("safe", "unsafe"))) for j in others))
             ranked = sorted(others, key=lambda j: (-sim[r, j], j))[:depth_k]
             depths.append(np.mean([acc[j] for j in ranked]))
+            kin = [j for j in others if acc[j] and (cluster[j] == cluster[r] or (
+                label[j] == label[r] and label[r] in ("safe", "unsafe")))]
+            near = sorted(kin, key=lambda j: (-sim[r, j], j))[:k]
+            if pairs is not None and near:
+                cs = [float(np.dot(w, pairs[(ids[j], ids[r])]) / w.sum()) if (ids[j], ids[r]) in pairs else np.nan
+                      for j in near]
+                cis.append(np.mean(cs))
         rows += [(arm, "reject_rate", float(np.mean(~acc))), (arm, "confusion_rate", float(np.mean(confused))),
                  (arm, "depth", float(np.mean(depths)))]
+        if pairs is not None:
+            defined = [x for x in cis if not np.isnan(x)]
+            rows.append((arm, "ci", float(np.mean(defined)) if defined else np.nan))
     return pd.DataFrame(rows, columns=["judge", "statistic", "expected"]).assign(scope=scope)
 
 
@@ -344,11 +359,12 @@ def planted(items: pd.DataFrame, pairs: dict | None, cp: M.ConfusionParams, n_bo
         sp = replace(cp, scope=scope, depth_method="share")
         _, clusters = score_decisions(items, planted_decisions(items), {"planted": pairs} if pairs else {}, sp)
         got = summary(clusters.assign(label="all"), n_boot, seed, alpha)
-        exp = planted_expected(items, sp.theta, scope, sp.depth_k)
+        exp = planted_expected(items, sp.theta, scope, sp.depth_k, pairs, sp.k, sp.weights)
         parts.append(exp.merge(got[["judge", "statistic", "value", "ci_lo", "ci_hi"]], on=["judge", "statistic"],
                                how="left"))
     out = pd.concat(parts, ignore_index=True).rename(columns={"value": "recovered", "judge": "arm"})
-    out["match"] = (out["expected"] - out["recovered"]).abs() < 1e-9
+    out["match"] = ((out["expected"] - out["recovered"]).abs() < 1e-9) | (out["expected"].isna()
+                                                                          & out["recovered"].isna())
     return out[["scope", "arm", "statistic", "expected", "recovered", "ci_lo", "ci_hi", "match"]]
 
 
