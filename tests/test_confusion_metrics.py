@@ -355,3 +355,72 @@ def test_model_without_hidden_states_raises():
         S.pad_batch([[1]], 0, "middle")
     ids, mask = S.pad_batch([[5, 6, 7], [8]], 0, "left")
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+# --- nulls: every number beside its random-placement null ----------------------------------------------
+def test_the_confusion_rate_null_by_enumeration():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # two clusters of two (cos .2 across: no cross-cluster meaning), two rejections, one stratum: of the
+    # C(4, 2) = 6 placements, 2 put both rejections in one cluster (CR 0), 4 split them (CR 1): null mean 4/6
+    sim = sim_from({(0, 1): 0.9, (2, 3): 0.9}, 4, base=0.2)
+    pl = Nl.pool(sim, ["a", "a", "b", "b"], ["safe"] * 4, ["s"] * 4, theta=0.7, k=5)
+    whole = np.array([True, True, False, False])
+    assert Nl.confusion_rate(pl, whole[None])[0] == 0.0
+    assert Nl.confusion_rate(pl, np.array([[True, False, True, False]]))[0] == 1.0
+    t = Nl.null_table(pl, whole, 3000, 0)
+    assert t["confusion_rate_null"] == pytest.approx(4 / 6, abs=0.03)
+    assert t["confusion_rate_p_below"] == pytest.approx(2 / 6, abs=0.03)  # P(null <= 0): the 2 whole placements
+    assert t["confusion_rate_p_above"] == 1.0
+    # the placements keep each stratum's count: strata {0, 1} and {2, 3} with one rejection each always split
+    split = Nl.pool(sim, ["a", "a", "b", "b"], ["safe"] * 4, ["s", "s", "t", "t"], theta=0.7, k=5)
+    draws = Nl.placements(split.strata, {0: 1, 1: 1}, 50, np.random.default_rng(0))
+    assert (draws[:, :2].sum(axis=1) == 1).all() and (draws[:, 2:].sum(axis=1) == 1).all()
+    assert (Nl.confusion_rate(split, draws) == 1.0).all()
+
+
+def test_the_null_statistics_equal_the_metrics_on_the_observed_decisions():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # the vectorised CR, CI and N_k count of nulls.py against metrics.score on a random corpus (an independent path)
+    rng = np.random.default_rng(3)
+    n = 24
+    e = rng.normal(size=(n, 6))
+    e[1::2] = e[0::2] + 0.3 * rng.normal(size=(n // 2, 6))  # pairs of near neighbours, some above theta
+    sim = M.cosine_matrix(e)
+    clusters = np.repeat([f"c{i}" for i in range(8)], 3)
+    accepted = rng.random(n) > 0.4
+    prompts = table(list(clusters), list(accepted))
+    cs = {(f"p{a}", f"p{r}"): tuple(rng.random(3)) for a in range(n) for r in range(n) if a != r}
+    cp = M.ConfusionParams(theta=0.6, k=3)
+    scored = M.score(prompts, sim, params=cp, pairs=cs)
+    rej = scored[~scored["accepted"]]
+    pl = Nl.pool(sim, clusters, ["safe"] * n, ["s"] * n, 0.6, 3,
+                 lambda a, r: float(np.mean(cs[(f"p{a}", f"p{r}")])))
+    assert Nl.confusion_rate(pl, ~accepted[None])[0] == pytest.approx(rej["confused"].mean())
+    assert Nl.confusion_index(pl, ~accepted[None])[0] == pytest.approx(rej["ci"].mean())
+    pairs, other = Nl.nk_below_theta(pl, ~accepted)
+    assert pairs == rej["n_neighbours"].sum()
+    nb = M.neighbour_pairs(prompts, sim, params=cp, pairs=cs)
+    nk = nb[nb["rank"].notna()]
+    same = (nk["cluster"].to_numpy() == prompts.set_index("prompt_id").loc[nk["accepted_id"], "cluster"].to_numpy())
+    assert other == int(((~same) & (nk["sim"] <= 0.6)).sum()) and 0 < other < pairs
+
+
+def test_the_verdict_test_is_calibrated_on_a_known_answer():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # 20 clusters of 6 far apart; 24 rejections: at random the test calls about alpha of the draws, and with every
+    # rejection in whole clusters (4 clusters) it calls them all
+    n = 120
+    clusters = np.repeat(np.arange(20), 6)
+    sim = np.where(clusters[:, None] == clusters[None, :], 0.9, 0.1)
+    np.fill_diagonal(sim, 1.0)
+    pl = Nl.pool(sim, clusters, ["safe"] * n, ["s"] * n, 0.7, 5)
+    rejected = np.zeros(n, dtype=bool)
+    rejected[::5] = True  # 24 rejections spread over the clusters
+    cal = Nl.calibrate(pl, rejected, clusters, np.tile(np.arange(6), 20).astype(str), 500, 200, 0.05, 0)
+    c = cal.set_index("scenario")
+    assert c.loc["uniform", "called"] <= 0.05 + 0.04 and c.loc["surface", "called"] <= 0.05 + 0.04
+    assert c.loc["structure 1", "called"] == 1.0 and c.loc["structure 1", "cr"] == 0.0
+    assert Nl.min_detectable(cal) == pytest.approx(c.loc[c["called"] >= 0.8, "effect"].min())

@@ -698,6 +698,18 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
     said = C.verdicts(p, read_back)
     assert said[0] == C.verdicts(p, t1)[0] and said[0].startswith("confusion gate: the safety ensemble held ")
     assert "safe clusters to its seed's read (validated accuracy 0.36 on jailbreakbench < floor 0.50)" in said[0]
+    # the verdict table (COMMON.md contract): every key, every cell a non-empty string, also read back from CSV
+    for tables in (t1, read_back):
+        rows = C.verdict_rows(p, tables)
+        assert rows and all(list(r) == list(C.ROW_KEYS) for r in rows)
+        assert all(isinstance(v, str) and v.strip() for r in rows for v in r.values())
+        primary = [r for r in rows if r["role"] == "primary"]
+        assert len(primary) == len(t1["frr_vs_cr"]) and {r["answer"] for r in primary} <= {
+            "follows intents", "confused at chance", "no benign rejections"}
+        assert {r["role"] for r in rows} <= {"primary", "positive control", "null control", "calibration"}
+    assert {"nulls", "null_calibration"} <= set(t1)
+    n = t1["nulls"]
+    assert (n["confusion_rate_p_below"].between(0, 1) | n["n_rejected"].eq(0)).all()
 
 
 USER_FILE = ("cluster_id,prompt,id\n"

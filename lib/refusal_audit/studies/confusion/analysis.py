@@ -569,3 +569,67 @@ def safety_accuracy(items: pd.DataFrame, threshold: float) -> pd.DataFrame:
             rows.append({"classifier": name, "dataset": dataset, "n_seeds": len(d), "accuracy": float(right.mean()),
                          "mean_p_unsafe": float(d[col].mean())})
     return pd.DataFrame(rows)
+
+
+# --- every number beside its null (nulls.py) ----------------------------------------------------------------
+def arm_pools(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: M.ConfusionParams, group: str,
+              cover: int = 30):
+    """(model, judge, benign prompts of the arm, their nulls.Pool) for every arm of ``per_prompt``; the benign
+    prompts are those of ``group`` (safe; all for an unlabelled file), CS from the model's pair signals."""
+    from . import nulls
+
+    emb = items.drop_duplicates("item_id").set_index("item_id")["embedding"]
+    w = np.asarray(cp.weights, dtype=float)
+    for (model, judge), arm in per_prompt.groupby(ARM, sort=True):
+        b = (arm if group == "all" else arm[arm["label"] == group]).reset_index(drop=True)
+        if len(b) < 2:
+            continue
+        e = np.stack(emb.loc[b["item_id"]].to_numpy()).astype(np.float64)
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+        table, ids = (pairs or {}).get(model), b["item_id"].to_numpy()
+        cs_of = None if not table else (lambda a, r, t=table: float(w @ np.asarray(t[(ids[a], ids[r])]) / w.sum())
+                                        if (ids[a], ids[r]) in t else np.nan)
+        strata = b["dataset"] if "dataset" in b else pd.Series("all", index=b.index)
+        yield model, judge, b, nulls.pool(e @ e.T, b["cluster"], b["label"].fillna(""), strata, cp.theta, cp.k,
+                                          cs_of, cp.scope, cover)
+
+
+def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: M.ConfusionParams, group: str,
+                n_perm: int, n_draws: int, alpha: float, seed: int, cover: int = 30) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per arm on its benign prompts: (nulls: CR and CI beside their permutation nulls with p-values, the
+    same-meaning CI (``ci_events``), the share of N_k pairs below theta, the verdict test's simulated
+    false-positive rate (worst null scenario), its power at a planted structure share of 0.5 and the
+    smallest drop it detects; calibration: every simulated scenario)."""
+    from . import nulls
+
+    rows, cals = [], []
+    for model, judge, b, pl in arm_pools(items, per_prompt, pairs, cp, group, cover):
+        rejected = ~b["accepted"].to_numpy(dtype=bool)
+        row = {"model": model, "judge": judge, "group": group, "n_prompts": len(b), "alpha": alpha}
+        row.update(nulls.null_table(pl, rejected, n_perm, seed))
+        n_pairs, n_other = nulls.nk_below_theta(pl, rejected)
+        rej = b[rejected]
+        row.update({"n_nk_pairs": n_pairs, "n_nk_below_theta": n_other,
+                    "nk_below_theta": n_other / n_pairs if n_pairs else np.nan,
+                    "ci_events": float(rej["ci_events"].mean()) if rej["ci_events"].notna().any() else np.nan,
+                    "n_ci_events": int(rej["ci_events"].notna().sum())})
+        if rejected.any():
+            cal = nulls.calibrate(pl, rejected, b["cluster"].to_numpy(), b["rule"].astype(str).to_numpy(), n_perm,
+                                  n_draws, alpha, seed)
+            half = cal[cal["share"] == 0.5]
+            row.update({"fpr": float(cal.loc[cal["kind"] == "null", "called"].max()),
+                        "power_at_half": float(half["called"].iloc[0]), "effect_at_half": float(half["effect"].iloc[0]),
+                        "mde": nulls.min_detectable(cal), "n_draws": n_draws})
+            cals.append(cal.assign(model=model, judge=judge))
+        rows.append(row)
+    calibration = pd.concat(cals, ignore_index=True) if cals else pd.DataFrame()
+    return pd.DataFrame(rows), calibration
+
+
+def null_answer(row) -> str:
+    """The verdict's closed vocabulary (DEFINITIONS.md, "Nulls"): ``follows intents`` when the Confusion Rate
+    is below its random-placement null at alpha (one-sided), ``confused at chance`` when not, ``no benign
+    rejections`` when there is nothing to place."""
+    if not row["n_rejected"]:
+        return "no benign rejections"
+    return "follows intents" if row["confusion_rate_p_below"] < row["alpha"] else "confused at chance"
