@@ -702,11 +702,15 @@ def caption(p) -> str:
 
 
 def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str]:
-    """The per-cluster confusion map, the CI distribution, FRR vs Confusion Rate."""
+    """The headline (Confusion Rate beside its null, with the verdict), the per-cluster confusion map, the CI
+    distribution, FRR vs Confusion Rate."""
     from ...plots import save
     from . import charts as cf
     text = caption(p)
-    drawn = {"confusion_map": cf.confusion_map(tables["prompts"], tables.get("paraphrases"), text),
+    drawn = {}
+    if tables.get("nulls") is not None and len(tables["nulls"]):  # the headline: the verdict's statistic and its null
+        drawn["confusion_rate_vs_null"] = cf.rate_vs_null(tables["frr_vs_cr"], tables["nulls"], text)
+    drawn |= {"confusion_map": cf.confusion_map(tables["prompts"], tables.get("paraphrases"), text),
              "confusion_ci_distribution": cf.ci_distribution(tables["prompts"], text),
              "confusion_frr_vs_rate": cf.frr_vs_rate(tables["frr_vs_cr"], tables.get("planted"), text)}
     for name, fig in drawn.items():
