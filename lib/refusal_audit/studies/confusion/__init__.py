@@ -434,6 +434,11 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     nulls, calibration = analysis.null_tables(items, per_prompt, pairs, cp, analysis.benign_group(per_cluster),
                                               c.nulls.n_perm, c.nulls.n_draws, s.alpha, p.seed, c.metrics.cover)
     tables.update({"nulls": nulls, "null_calibration": calibration})
+    from . import meaning
+    if meaning.SCORED.is_file():  # the same-meaning rule's measured error (benchmarks/confusion_same_meaning.py)
+        scored = pd.read_csv(meaning.SCORED)
+        grid = sorted(set(np.round(np.arange(0.6, 0.96, 0.05), 3)) | {cp.theta})
+        tables["same_meaning_rule"] = meaning.rule_table(scored, grid).assign(run_theta=lambda d: d["theta"] == cp.theta)
     return {k: v for k, v in tables.items() if len(v)}
 
 
@@ -495,7 +500,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        + (f"{analysis.null_answer(n)}. " if n is not None else "")
                        + f"FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " " + _theta_words(p)
+                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " " + _theta_words(p, tables.get("same_meaning_rule"))
                        + extra + every)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
@@ -547,7 +552,13 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
                                         *["not computed: no frr_vs_cr table (run the statistics stage)"] * 4, controls))))
     for r in (v.itertuples() if v is not None else []):
         n = _null_row(nulls, r.model, r.judge)
-        judge = f"judge {r.judge}; theta {theta:g} not validated on labelled pairs"
+        rule = tables.get("same_meaning_rule")
+        if rule is not None and len(rule):
+            m = rule[(rule["group"] == "all") & rule["run_theta"].astype(bool)].iloc[0]
+            judge = (f"judge {r.judge}; same meaning across clusters at theta {theta:g}: precision {m['precision']:.2f}, "
+                     f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
+        else:
+            judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
         if n is None:
             rows.append(dict(zip(ROW_KEYS, (NAME, r.model, "primary", QUESTION,
                                             *["not computed: no nulls table (run the statistics stage)"] * 4, controls))))
@@ -606,10 +617,17 @@ def _null_row(nulls: pd.DataFrame | None, model: str, judge: str):
     return hit.iloc[0] if len(hit) else None
 
 
-def _theta_words(p) -> str:
-    """The same-meaning rule's choice, in every confusion verdict."""
-    return (f"Same meaning across clusters: same label and cosine > theta = {p.studies[NAME].gates.tau:g} (the gate's "
-            "tau; its precision and recall on labelled pairs are not measured in this run).")
+def _theta_words(p, rule: pd.DataFrame | None = None) -> str:
+    """The same-meaning rule's choice and its measured error (``meaning.py``), in every confusion verdict."""
+    theta = p.studies[NAME].gates.tau
+    head = f"Same meaning across clusters: same label and cosine > theta = {theta:g} (the gate's tau)"
+    if rule is None or not len(rule):
+        return head + "; its precision and recall on labelled pairs: not computed (no same_meaning_rule table)."
+    r = rule[(rule["group"] == "all") & rule["run_theta"].astype(bool)].iloc[0]
+    return (head + f"; on {int(r['n_pairs'])} hand-labelled cross-cluster pairs of cosine >= 0.60 it has precision "
+            f"{r['precision']:.2f} [{r['precision_lo']:.2f}, {r['precision_hi']:.2f}] and recall {r['recall']:.2f} "
+            f"[{r['recall_lo']:.2f}, {r['recall_hi']:.2f}] (Wilson): a cross-cluster event is a same-intent pair about "
+            f"{r['precision']:.0%} of the time.")
 
 
 def _null_words(n, r) -> str:
