@@ -834,6 +834,13 @@ def summary(p, stage: str, table) -> list:
                  "Planted control (known answers, recovered by the same code):", table["planted"].round(4),
                  "Scope and harmful-twin controls (expected from plain loops, found by the study's scoring):",
                  table["controls"].round(4) if "controls" in table else "none"]
+        if "nulls" in table:
+            shown += ["Confusion Rate and CI beside their random-placement nulls, per arm (benign prompts; nulls.py):",
+                      table["nulls"].round(3)]
+        if "same_meaning_rule" in table:
+            rule = table["same_meaning_rule"]
+            shown += ["The same-meaning rule on hand-labelled cross-cluster pairs (meaning.py):",
+                      rule[rule["group"] == "all"].round(3)]
         return shown + ["**Verdicts**", "\n".join(f"- {v}" for v in verdicts(p, table))]
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
