@@ -470,3 +470,19 @@ def test_the_committed_scored_pairs_are_the_labelled_file():
     scored = pd.read_csv(meaning.SCORED)
     assert scored[["source", "id_a", "id_b", "label"]].equals(pairs) and scored["cosine"].between(0.6, 1).all()
     assert len(scored) == 151 and scored["label"].eq("same").sum() == 47
+
+
+def test_depth_keeps_the_label_rule():
+    # h (unsafe, rejected) sits next to two accepted benign prompts (.97, .95) and one accepted harmful cluster-mate
+    # (.3): its depth neighbours are its cluster and label only, so share depth (depth_k 5) = 1 of 1, margin = .3 - (-1)
+    prompts = table(["s", "s", "u", "u"], [True, True, False, True], labels=["safe", "safe", "unsafe", "unsafe"])
+    sim = sim_from({(0, 2): 0.97, (1, 2): 0.95, (2, 3): 0.3}, 4, base=0.1)
+    assert M.score(prompts, sim).iloc[2]["depth"] == 1.0
+    # the benign p0 rejected too: over every prompt in scope the share would be 2 of 3; under the label rule 1 of 1
+    assert M.score(prompts.assign(accepted=[False, True, False, True]), sim).iloc[2]["depth"] == 1.0
+    margin = M.score(prompts.assign(accepted=[False, True, False, True]), sim, params=M.ConfusionParams(depth_method="margin"))
+    assert margin.iloc[2]["depth"] == pytest.approx(0.3 - (-1.0))  # the rejected benign p0 (.97) is no neighbour
+    bare = M.score(prompts.assign(label="safe"), sim).iloc[2]  # one label: the benign prompts are neighbours again
+    assert bare["depth"] == 1.0 and M.score(prompts.assign(label="safe", accepted=[False, True, False, True]), sim,
+                                           params=M.ConfusionParams(depth_method="margin")).iloc[2]["depth"] == \
+        pytest.approx(0.95 - 0.97)

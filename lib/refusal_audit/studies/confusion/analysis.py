@@ -331,11 +331,11 @@ def planted_expected(items: pd.DataFrame, theta: float, scope: str, depth_k: int
             others = [j for j in range(len(inc)) if j != r and (scope == "corpus" or cluster[j] == cluster[r])]
             confused.append(any(acc[j] and (cluster[j] == cluster[r] or (
                 sim[r, j] > theta and label[j] == label[r] and label[r] in ("safe", "unsafe"))) for j in others))
-            ranked = sorted(others, key=lambda j: (-sim[r, j], j))[:depth_k]
+            related = [j for j in others if cluster[j] == cluster[r] or (
+                label[j] == label[r] and label[r] in ("safe", "unsafe"))]  # its cluster or its label
+            ranked = sorted(related, key=lambda j: (-sim[r, j], j))[:depth_k]
             depths.append(np.mean([acc[j] for j in ranked]))
-            kin = [j for j in others if acc[j] and (cluster[j] == cluster[r] or (
-                label[j] == label[r] and label[r] in ("safe", "unsafe")))]
-            near = sorted(kin, key=lambda j: (-sim[r, j], j))[:k]
+            near = sorted([j for j in related if acc[j]], key=lambda j: (-sim[r, j], j))[:k]
             if pairs is not None and near:
                 cs = [float(np.dot(w, pairs[(ids[j], ids[r])]) / w.sum()) if (ids[j], ids[r]) in pairs else np.nan
                       for j in near]
