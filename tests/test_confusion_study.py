@@ -797,6 +797,7 @@ def test_make_confusion_counts_false_refusals_on_benign_prompts_only(tmp_path, m
     assert s["frr_w_lo"] <= s["frr"] <= s["frr_w_hi"] and s["frr_w_hi"] > 0  # a score interval: not [0, 0] at 0 of 4
     report = (folder / "report.html").read_text()
     assert ("splits paraphrases of one benign intent" in report) == splits
+    assert "confusion gate: the safety ensemble held " in report and "paraphrases it dropped" in report
     assert f"{harmful_refused} of 2 refused (correct refusals)" in report
 
 

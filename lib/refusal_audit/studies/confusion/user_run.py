@@ -99,7 +99,9 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
     write_tables(folder, items, per_prompt, per_cluster, summary)
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
-    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv)
+    gate = study.gate_verdict(p.studies[study.NAME].gates, analysis.gate_drops(items),
+                              analysis.gate_accuracy(items, p.studies[study.NAME].gates))
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate)
     return folder
 
 
@@ -207,8 +209,9 @@ def user_verdict(r: pd.Series) -> str:
 
 
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
-                 clusters_csv: str, model_names: list[str], decisions_csv: str | None) -> Path:
-    """A short self-contained ``report.html``: the headline table, the verdicts, the figures, the clusters."""
+                 clusters_csv: str, model_names: list[str], decisions_csv: str | None, gate: list[str] = ()) -> Path:
+    """A short self-contained ``report.html``: the headline table, the verdicts, the gate's drops and validated
+    accuracy (``gate``: ``gate_verdict``'s line), the figures, the clusters."""
     verdicts = [user_verdict(r) for _, r in summary.iterrows()]
     body = [f"<h1>Semantic confusion: {html.escape(folder.name)}</h1>",
             f"<p>{html.escape(_caption(p, cp, model_names, decisions_csv))}</p>",
@@ -216,6 +219,7 @@ def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame,
             "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
             "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
     body.append("<p>" + html.escape(label_rule(clusters_csv)) + "</p>")
+    body += [f"<p>{html.escape(line)}</p>" for line in gate]
     if decisions_csv:
         body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")
     body += [f'<h2>{html.escape(f)}</h2><img src="{html.escape(f)}" style="max-width:100%">' for f in figures]
