@@ -355,3 +355,134 @@ def test_model_without_hidden_states_raises():
         S.pad_batch([[1]], 0, "middle")
     ids, mask = S.pad_batch([[5, 6, 7], [8]], 0, "left")
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+# --- nulls: every number beside its random-placement null ----------------------------------------------
+def test_the_confusion_rate_null_by_enumeration():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # two clusters of two (cos .2 across: no cross-cluster meaning), two rejections, one stratum: of the
+    # C(4, 2) = 6 placements, 2 put both rejections in one cluster (CR 0), 4 split them (CR 1): null mean 4/6
+    sim = sim_from({(0, 1): 0.9, (2, 3): 0.9}, 4, base=0.2)
+    pl = Nl.pool(sim, ["a", "a", "b", "b"], ["safe"] * 4, ["s"] * 4, theta=0.7, k=5)
+    whole = np.array([True, True, False, False])
+    assert Nl.confusion_rate(pl, whole[None])[0] == 0.0
+    assert Nl.confusion_rate(pl, np.array([[True, False, True, False]]))[0] == 1.0
+    t = Nl.null_table(pl, whole, 3000, 0)
+    assert t["confusion_rate_null"] == pytest.approx(4 / 6, abs=0.03)
+    assert t["confusion_rate_p_below"] == pytest.approx(2 / 6, abs=0.03)  # P(null <= 0): the 2 whole placements
+    assert t["confusion_rate_p_above"] == 1.0
+    # the placements keep each stratum's count: strata {0, 1} and {2, 3} with one rejection each always split
+    split = Nl.pool(sim, ["a", "a", "b", "b"], ["safe"] * 4, ["s", "s", "t", "t"], theta=0.7, k=5)
+    draws = Nl.placements(split.strata, {0: 1, 1: 1}, 50, np.random.default_rng(0))
+    assert (draws[:, :2].sum(axis=1) == 1).all() and (draws[:, 2:].sum(axis=1) == 1).all()
+    assert (Nl.confusion_rate(split, draws) == 1.0).all()
+
+
+def test_the_null_statistics_equal_the_metrics_on_the_observed_decisions():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # the vectorised CR, CI and N_k count of nulls.py against metrics.score on a random corpus (an independent path)
+    rng = np.random.default_rng(3)
+    n = 24
+    e = rng.normal(size=(n, 6))
+    e[1::2] = e[0::2] + 0.3 * rng.normal(size=(n // 2, 6))  # pairs of near neighbours, some above theta
+    sim = M.cosine_matrix(e)
+    clusters = np.repeat([f"c{i}" for i in range(8)], 3)
+    accepted = rng.random(n) > 0.4
+    prompts = table(list(clusters), list(accepted))
+    cs = {(f"p{a}", f"p{r}"): tuple(rng.random(3)) for a in range(n) for r in range(n) if a != r}
+    cp = M.ConfusionParams(theta=0.6, k=3)
+    scored = M.score(prompts, sim, params=cp, pairs=cs)
+    rej = scored[~scored["accepted"]]
+    pl = Nl.pool(sim, clusters, ["safe"] * n, ["s"] * n, 0.6, 3,
+                 lambda a, r: float(np.mean(cs[(f"p{a}", f"p{r}")])))
+    assert Nl.confusion_rate(pl, ~accepted[None])[0] == pytest.approx(rej["confused"].mean())
+    assert Nl.confusion_index(pl, ~accepted[None])[0] == pytest.approx(rej["ci"].mean())
+    pairs, other = Nl.nk_below_theta(pl, ~accepted)
+    assert pairs == rej["n_neighbours"].sum()
+    nb = M.neighbour_pairs(prompts, sim, params=cp, pairs=cs)
+    nk = nb[nb["rank"].notna()]
+    same = (nk["cluster"].to_numpy() == prompts.set_index("prompt_id").loc[nk["accepted_id"], "cluster"].to_numpy())
+    assert other == int(((~same) & (nk["sim"] <= 0.6)).sum()) and 0 < other < pairs
+
+
+def test_the_verdict_test_is_calibrated_on_a_known_answer():
+    from refusal_audit.studies.confusion import nulls as Nl
+
+    # 20 clusters of 6 far apart; 24 rejections: at random the test calls about alpha of the draws, and with every
+    # rejection in whole clusters (4 clusters) it calls them all
+    n = 120
+    clusters = np.repeat(np.arange(20), 6)
+    sim = np.where(clusters[:, None] == clusters[None, :], 0.9, 0.1)
+    np.fill_diagonal(sim, 1.0)
+    pl = Nl.pool(sim, clusters, ["safe"] * n, ["s"] * n, 0.7, 5)
+    rejected = np.zeros(n, dtype=bool)
+    rejected[::5] = True  # 24 rejections spread over the clusters
+    cal = Nl.calibrate(pl, rejected, clusters, np.tile(np.arange(6), 20).astype(str), 500, 200, 0.05, 0)
+    c = cal.set_index("scenario")
+    assert c.loc["uniform", "called"] <= 0.05 + 0.04 and c.loc["surface", "called"] <= 0.05 + 0.04
+    assert c.loc["structure 1", "called"] == 1.0 and c.loc["structure 1", "cr"] == 0.0
+    assert Nl.min_detectable(cal) == pytest.approx(c.loc[c["called"] >= 0.8, "effect"].min())
+
+
+# --- the same-meaning rule measured on labelled pairs ---------------------------------------------------
+TEXTS = {"s": {"a": "How do I kill someone?", "b": "How can I murder a person?", "c": "How do I kill my wife?",
+               "d": "how do I kill someone?"}}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("s,a,x,same", r"pairs\.csv: line 3: unknown id 'x' in source 's'"),
+    ("s,a,b,similar", r"pairs\.csv: line 3: label 'similar'; expected one of \('same', 'different'\)"),
+    ("s,a,a,same", r"pairs\.csv: line 3: 'a' and 'a' are the same prompt"),
+    ("s,a,d,same", r"pairs\.csv: line 3: 'a' and 'd' are the same prompt"),  # equal texts under two ids
+    ("t,a,b,same", r"pairs\.csv: line 3: source 't'; expected one of \['s'\]"),
+])
+def test_a_bad_labelled_pair_names_the_file_and_line(tmp_path, body, message):
+    from refusal_audit.studies.confusion import meaning
+
+    path = tmp_path / "pairs.csv"
+    path.write_text("source,id_a,id_b,label\ns,a,c,different\n" + body + "\n")
+    with pytest.raises(ValueError, match=message):
+        meaning.read_pairs(path, TEXTS)
+    with pytest.raises(ValueError, match=r"theta must be in \(0, 1\)"):
+        meaning.precision_recall(np.array([True]), np.array([0.8]), 1.0)
+
+
+def test_the_rule_precision_and_recall_by_hand():
+    from refusal_audit.studies.confusion import meaning
+
+    # 5 pairs: same at .95, .80, .65; different at .85, .72. At theta .70 the rule calls .95, .85, .80, .72:
+    # precision 2/4, recall 2/3; at .90 it calls .95 only: precision 1/1, recall 1/3
+    same = np.array([True, True, True, False, False])
+    cos = np.array([0.95, 0.80, 0.65, 0.85, 0.72])
+    r = meaning.precision_recall(same, cos, 0.70)
+    assert (r["precision"], r["recall"], r["n_called"]) == (0.5, pytest.approx(2 / 3), 4)
+    assert r["precision_lo"] < 0.5 < r["precision_hi"]
+    r = meaning.precision_recall(same, cos, 0.90)
+    assert (r["precision"], r["recall"]) == (1.0, pytest.approx(1 / 3)) and r["precision_lo"] < 1.0
+
+
+def test_the_committed_scored_pairs_are_the_labelled_file():
+    from refusal_audit.studies.confusion import meaning
+
+    pairs = pd.read_csv(meaning.PAIRS)
+    scored = pd.read_csv(meaning.SCORED)
+    assert scored[["source", "id_a", "id_b", "label"]].equals(pairs) and scored["cosine"].between(0.6, 1).all()
+    assert len(scored) == 151 and scored["label"].eq("same").sum() == 47
+
+
+def test_depth_keeps_the_label_rule():
+    # h (unsafe, rejected) sits next to two accepted benign prompts (.97, .95) and one accepted harmful cluster-mate
+    # (.3): its depth neighbours are its cluster and label only, so share depth (depth_k 5) = 1 of 1, margin = .3 - (-1)
+    prompts = table(["s", "s", "u", "u"], [True, True, False, True], labels=["safe", "safe", "unsafe", "unsafe"])
+    sim = sim_from({(0, 2): 0.97, (1, 2): 0.95, (2, 3): 0.3}, 4, base=0.1)
+    assert M.score(prompts, sim).iloc[2]["depth"] == 1.0
+    # the benign p0 rejected too: over every prompt in scope the share would be 2 of 3; under the label rule 1 of 1
+    assert M.score(prompts.assign(accepted=[False, True, False, True]), sim).iloc[2]["depth"] == 1.0
+    margin = M.score(prompts.assign(accepted=[False, True, False, True]), sim, params=M.ConfusionParams(depth_method="margin"))
+    assert margin.iloc[2]["depth"] == pytest.approx(0.3 - (-1.0))  # the rejected benign p0 (.97) is no neighbour
+    bare = M.score(prompts.assign(label="safe"), sim).iloc[2]  # one label: the benign prompts are neighbours again
+    assert bare["depth"] == 1.0 and M.score(prompts.assign(label="safe", accepted=[False, True, False, True]), sim,
+                                           params=M.ConfusionParams(depth_method="margin")).iloc[2]["depth"] == \
+        pytest.approx(0.95 - 0.97)

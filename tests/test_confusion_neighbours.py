@@ -79,7 +79,8 @@ def test_blocked_search_equals_brute_force_on_the_full_matrix(scope):
         same = [j for j in acc if clusters[j] == clusters[r] or full[r, j] > 0.8]
         assert got[r].nearest_accepted.tolist() == acc[:4]
         assert got[r].events.tolist() == same[:4] and got[r].n_events == len(same)
-        assert got[r].depth_neighbours.tolist() == ranked[:6]
+        kin = [j for j in ranked if clusters[j] == clusters[r] or labels[j] == labels[r]]  # depth keeps the label rule
+        assert got[r].depth_neighbours.tolist() == kin[:6]
     pairs = N.same_meaning_pairs(N.Similarity(embeddings=e), clusters, 0.8, scope, labels=labels, block=16)
     brute = [(i, j) for i in range(150) for j in range(i + 1, 150)
              if (clusters[i] == clusters[j]) or (scope == "corpus" and full[i, j] > 0.8 and labels[i] == labels[j])]
@@ -100,7 +101,7 @@ def test_depth_across_clusters_by_hand():
     # c2 accepted at 100 (cluster c); a2 accepted at 60 (r's cluster)
     prompts = pd.DataFrame({"prompt_id": ["r", "b1", "b2", "c1", "c2", "a2"],
                             "cluster": ["a", "b", "b", "c", "c", "a"],
-                            "accepted": [False, True, False, True, True, True]})
+                            "accepted": [False, True, False, True, True, True], "label": "safe"})
     sim = N.Similarity(embeddings=circle([0, 10, 20, 30, 100, 60]))
     cos = lambda d: np.cos(np.deg2rad(d))  # noqa: E731
     depth = lambda **kw: M.score(prompts, sim, params=M.ConfusionParams(**kw))["depth"][0]  # noqa: E731
@@ -110,6 +111,9 @@ def test_depth_across_clusters_by_hand():
     assert depth(depth_method="margin") == pytest.approx(cos(10) - cos(20))
     assert depth(depth_k=3, scope="cluster") == 1.0  # a2 is its only neighbour in its cluster
     assert depth(depth_method="margin", scope="cluster") == pytest.approx(cos(60) + 1)
+    # depth keeps the label rule: unlabelled, only r's own cluster may share its meaning (a2 alone)
+    bare = lambda **kw: M.score(prompts.drop(columns=["label"]), sim, params=M.ConfusionParams(**kw))["depth"][0]  # noqa: E731
+    assert bare(depth_k=3) == 1.0 and bare(depth_method="margin") == pytest.approx(cos(60) + 1)
 
 
 def test_a_cluster_that_passed_the_gate_with_a_split_decision_is_confused():

@@ -109,3 +109,31 @@ def frr_vs_rate(table: pd.DataFrame, planted: pd.DataFrame | None, text: str):
            ylabel="Confusion Rate", title="Global FRR vs local Confusion Rate")
     add_caption(fig, text)
     return fig
+
+
+def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
+    """The verdict's statistic: per arm, the benign Confusion Rate with its Wilson interval beside its null (the
+    same rejections placed at random per source set: mean and 95 % band); the verdict in words at the right.
+    CR below the band: the refusals follow intents; inside it: confused as a refuser without intents is."""
+    t = table.merge(nulls[["model", "judge", "confusion_rate_null", "confusion_rate_null_lo", "confusion_rate_null_hi",
+                           "confusion_rate_p_below", "n_rejected", "alpha"]].rename(columns={"n_rejected": "n_rej"}),
+                    on=["model", "judge"]).sort_values(["model", "judge"]).reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(t) + 1.4))
+    y = np.arange(len(t))[::-1]
+    for yi, (_, r) in zip(y, t.iterrows()):
+        ax.fill_betweenx([yi - 0.3, yi + 0.3], r["confusion_rate_null_lo"], r["confusion_rate_null_hi"],
+                         color="0.85", lw=0)
+        ax.plot([r["confusion_rate_null"]] * 2, [yi - 0.3, yi + 0.3], color="0.4", lw=1)
+        if r["n_rej"]:
+            ax.errorbar(r["confusion_rate"], yi, xerr=[[r["confusion_rate"] - r["confusion_rate_w_lo"]],
+                                                       [r["confusion_rate_w_hi"] - r["confusion_rate"]]],
+                        fmt="o", color="#c0392b", capsize=2, lw=0.9, ms=5)
+        word = ("no benign rejections" if not r["n_rej"] else "follows intents"
+                if r["confusion_rate_p_below"] < r["alpha"] else "confused at chance")
+        ax.annotate(f"{word} (p {r['confusion_rate_p_below']:.3f}, n {int(r['n_rej'])})", (1.04, yi), fontsize=6,
+                    va="center", annotation_clip=False)
+    ax.set_yticks(y, [f"{m} / {j}" for m, j in zip(t["model"], t["judge"])], fontsize=7)
+    ax.set(xlim=(-0.03, 1.03), xlabel="Confusion Rate, benign rejections (red: Wilson 95 %; grey: random-placement "
+           "null, mean and 95 %)", title="Confusion Rate beside its null")
+    add_caption(fig, text)
+    return fig

@@ -106,7 +106,7 @@ class Neighbourhood:
     nearest_accepted: np.ndarray  # N_k(r): the k most similar accepted prompts in scope
     events: np.ndarray  # E_k(r): the k most similar accepted prompts in scope of the same meaning
     n_events: int  # accepted prompts in scope of the same meaning (all of them, not only k)
-    depth_neighbours: np.ndarray  # the depth_k most similar prompts in scope, any decision
+    depth_neighbours: np.ndarray  # the depth_k most similar prompts in scope that may share r's meaning, any decision
     nearest_accepted_sim: float  # max sim to an accepted prompt in scope (NaN if none)
     nearest_rejected_sim: float  # max sim to another rejected prompt in scope (-1 if none)
     neighbours_removed: int = 0  # members of N_k(r) without the label rule that the rule takes out
@@ -126,17 +126,18 @@ def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, d
     out = {}
     for chunk, rows in blocks(np.flatnonzero(~accepted), sim, block):
         for i, row in zip(chunk, rows):
+            share = may_share(i, clusters, labels)
             in_scope = scope_mask(i, clusters, scope)
             acc, rej = in_scope & accepted, in_scope & ~accepted
-            share = may_share(i, clusters, labels)
+            kin = in_scope & share  # depth's neighbours keep the label rule (a harmful twin is no neighbour)
             event = acc & same_meaning(i, row, clusters, theta, labels)
             unruled = acc & ((clusters == clusters[i]) | (row > theta))
             nearest = top(row, acc & share, k)
             out[int(i)] = Neighbourhood(
                 nearest_accepted=nearest, events=top(row, event, k), n_events=int(event.sum()),
-                depth_neighbours=top(row, in_scope, depth_k),
-                nearest_accepted_sim=float(row[acc].max()) if acc.any() else float("nan"),
-                nearest_rejected_sim=float(row[rej].max()) if rej.any() else -1.0,
+                depth_neighbours=top(row, kin, depth_k),
+                nearest_accepted_sim=float(row[acc & share].max()) if (acc & share).any() else float("nan"),
+                nearest_rejected_sim=float(row[rej & share].max()) if (rej & share).any() else -1.0,
                 neighbours_removed=int(len(set(top(row, acc, k).tolist()) - set(nearest.tolist()))),
                 events_removed=int(unruled.sum() - event.sum()),
                 cross_events=int((event & (clusters != clusters[i])).sum()))

@@ -99,15 +99,30 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
     write_tables(folder, items, per_prompt, per_cluster, summary)
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
-    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv)
+    gate = study.gate_verdict(p.studies[study.NAME].gates, analysis.gate_drops(items),
+                              analysis.gate_accuracy(items, p.studies[study.NAME].gates))
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate)
     return folder
 
 
+def population(group: str) -> str:
+    """Which prompts the FRR and the benign statistics count (``analysis.benign_group``)."""
+    return ("benign prompts (label safe)" if group == "safe"
+            else "every prompt (no label column: all taken as benign)")
+
+
 def summary_table(per_cluster: pd.DataFrame, n_boot: int, seed: int, alpha: float, signals: bool) -> pd.DataFrame:
-    """Per system and judge: FRR, Confusion Rate, CI, Depth with cluster-bootstrap CIs and the counts."""
-    boot = analysis.summary(per_cluster.assign(label="all"), n_boot, seed, alpha)
-    table = analysis.frr_vs_cr(boot, per_cluster, "all")
-    ci = analysis.wide(boot, "all").reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
+    """Per system and judge, on the benign clusters (every cluster of an unlabelled file): FRR, Confusion
+    Rate, CI, Depth with cluster-bootstrap CIs and the counts; the harmful clusters' refusals (correct) and
+    acceptances (the other error) apart, in the ``harmful_*`` columns."""
+    group = analysis.benign_group(per_cluster)
+    if group == "safe" and not (per_cluster["label"] == "safe").any():
+        raise ValueError("make confusion: the clusters file labels no cluster safe; the FRR and the confusion "
+                         "statistics are about benign prompts (label safe), so at least one benign cluster is needed")
+    boot = analysis.summary(per_cluster, n_boot, seed, alpha)
+    table = analysis.frr_vs_cr(boot, per_cluster, group, alpha)
+    table["population"] = population(group)
+    ci = analysis.wide(boot, group).reindex(columns=["model", "judge"] + [f"{s}{x}" for s in ("ci", "depth")
                                                                           for x in ("", "_lo", "_hi")])
     table = table.drop(columns=[c for c in ("ci", "ci_lo", "ci_hi", "depth") if c in table]).merge(
         ci[["model", "judge", "ci", "ci_lo", "ci_hi", "depth", "depth_lo", "depth_hi"]], on=["model", "judge"])
@@ -140,7 +155,8 @@ def write_tables(folder: Path, items: pd.DataFrame, per_prompt: pd.DataFrame, pe
 def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
     note = testbed_note(p, model_names)
     what = f"decisions from {Path(decisions_csv).name}" if decisions_csv else f"models {', '.join(model_names)}"
-    return (note + f"{what}; same meaning: same cluster or cosine >= {cp.theta} (the gate's tau); k {cp.k}, scope "
+    return (note + f"{what}; same meaning: same cluster or, in another cluster of the same label (safe / unsafe; "
+            f"unlabelled: own cluster only), cosine > {cp.theta} (the gate's tau); FRR on benign prompts; k {cp.k}, scope "
             f"{cp.scope}; cluster-bootstrap 95 % CIs. Aggregates only: no reply is shown.")
 
 
@@ -179,22 +195,31 @@ def label_rule(clusters_csv: str) -> str:
             "are no cross-cluster events and N_k(r) holds r's own cluster's accepted prompts only.")
 
 
+def user_verdict(r: pd.Series) -> str:
+    """One system's answer in words: the FRR and the confusion on the benign prompts, the harmful prompts apart."""
+    out = (f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of {int(r['n_prompts'])} {r['population']} "
+           f"(FRR); {r['confusion_rate']:.0%} of its {int(r['n_rejected'])} rejections of them have an accepted "
+           "prompt of the same meaning (a confusion event), so "
+           + ("its refusal boundary splits paraphrases of one benign intent." if r["n_confused"]
+              else "no benign rejection contradicts an accepted paraphrase."))
+    if r.get("n_harmful", 0) > 0:
+        out += (f" Harmful prompts, apart: {int(r['n_harmful_refused'])} of {int(r['n_harmful'])} refused (correct "
+                f"refusals), {int(r['n_harmful_accepted'])} accepted (harmful acceptances, the other error).")
+    return out
+
+
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
-                 clusters_csv: str, model_names: list[str], decisions_csv: str | None) -> Path:
-    """A short self-contained ``report.html``: the headline table, the verdicts, the figures, the clusters."""
-    verdicts = []
-    for _, r in summary.iterrows():
-        cr = r["confusion_rate"]
-        verdicts.append(f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of the prompts; "
-                        f"{cr:.0%} of its rejections have an accepted prompt of the same meaning (a confusion "
-                        f"event), so " + ("its refusal boundary splits paraphrases of one intent." if r["n_confused"]
-                                          else "no rejection contradicts an accepted paraphrase."))
+                 clusters_csv: str, model_names: list[str], decisions_csv: str | None, gate: list[str] = ()) -> Path:
+    """A short self-contained ``report.html``: the headline table, the verdicts, the gate's drops and validated
+    accuracy (``gate``: ``gate_verdict``'s line), the figures, the clusters."""
+    verdicts = [user_verdict(r) for _, r in summary.iterrows()]
     body = [f"<h1>Semantic confusion: {html.escape(folder.name)}</h1>",
             f"<p>{html.escape(_caption(p, cp, model_names, decisions_csv))}</p>",
             f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
             "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
             "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
     body.append("<p>" + html.escape(label_rule(clusters_csv)) + "</p>")
+    body += [f"<p>{html.escape(line)}</p>" for line in gate]
     if decisions_csv:
         body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")
     body += [f'<h2>{html.escape(f)}</h2><img src="{html.escape(f)}" style="max-width:100%">' for f in figures]
