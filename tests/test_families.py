@@ -14,7 +14,7 @@ from refusal_audit.paths import ROOT
 from refusal_audit.studies.confusion import user_span
 from refusal_audit.studies.frames import wrapper as W
 from test_generation import sharing_a_filler, step_logits
-from test_retention import SETTINGS, masked_reference_logits
+from test_retention import SETTINGS, UNBUDGETED, expected_kept, masked_reference_logits
 
 SYSTEM = "You are a careful assistant. Refuse harmful requests."
 QUERY = "Describe how a town library organises its catalogue."
@@ -85,7 +85,7 @@ def test_full_retention_equals_generate(hub, family):
                          max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
     ref = ref[0, len(ids):].tolist()
     pre = generation.prefill(model, ids, capture_window=8)
-    for name in retention.REGISTRY:
+    for name in [n for n in retention.REGISTRY if n not in UNBUDGETED]:  # minus_span never keeps everything
         keep = retention.make(name, keep_ratio=1.0, **SETTINGS.get(name, {})).select(pre)
         assert keep is None
         tokens, _ = generation.decode_greedy(model, pre, keep, 8, set())
@@ -100,7 +100,7 @@ def test_every_policy_equals_its_masked_reference(hub, family, name):
     policy = retention.make(name, keep_ratio=0.3, **SETTINGS.get(name, {}))
     pre = generation.prefill(model, ids, capture_window=16)
     keep = policy.select(pre)
-    assert keep.shape[-1] == round(0.3 * len(ids))
+    assert keep.shape[-1] == expected_kept(name, len(ids))
     tokens, _ = generation.decode_greedy(model, pre, keep, 5, set())
     cache, ours = retention.evict(pre.cache, keep), []
     for i, t in enumerate(tokens[:4]):

@@ -56,7 +56,7 @@ def test_verdicts_come_from_the_study_or_say_why_not(tmp_path, monkeypatch):
     assert "run notebook 05" in report.study_verdicts(Run(), "missing")[0]
 
 
-def test_the_page_opens_with_the_verdicts_then_the_audited_pools(tmp_path, monkeypatch):
+def test_the_page_opens_with_the_verdict_table_then_the_sentences_then_the_audited_pools(tmp_path, monkeypatch):
     _overlap().to_csv(tmp_path / "contamination.csv", index=False)
     (tmp_path / "notebooks").mkdir()
     module = types.SimpleNamespace(verdicts=lambda p, tables: ["frames recovered its planted effect"],
@@ -66,6 +66,9 @@ def test_the_page_opens_with_the_verdicts_then_the_audited_pools(tmp_path, monke
     run = types.SimpleNamespace(p=types.SimpleNamespace(models={}, run_name="r", source_file="x.yaml"),
                                 names=["frames"], dir=tmp_path, read_stats=lambda name: {})
     page = report.write(run).read_text()
-    assert page.index("frames recovered its planted effect") < page.index("frames: 1. contamination check")
-    details = page.index("<details>")
+    # the verdict table first (this study states no verdict_rows: its row says so), then the sentences, then the pools
+    assert page.index("<table class='verdicts'>") < page.index("frames recovered its planted effect") \
+        < page.index("frames: 1. contamination check")
+    assert "not computed: the study states no verdict table (no verdict_rows)" in page
+    details = page.index("<details>", page.index("frames: 1. contamination check"))
     assert page.index("audited: no overlap") < details < page.index("not audited")

@@ -20,6 +20,12 @@ def prompt_ids(embedded):
 SETTINGS = {"sink_tail": {"sink": 4}, "snapkv": {"window": 16, "kernel": 7},  # beyond the defaults, where a policy has any
             "sink_span": {"sink": 4, "span_start": 3, "span_end": 15}, "minus_span": {"span_start": 3, "span_end": 15}}
 UNBUDGETED = {"minus_span"}  # removes the system span whatever the budget: it never keeps everything
+
+
+def expected_kept(name: str, n: int, keep_ratio: float = 0.3) -> int:
+    """Positions a policy keeps of an n-token prompt at ``SETTINGS``: its budget, or n minus the span."""
+    span = SETTINGS.get(name, {}).get("span_end", 0) - SETTINGS.get(name, {}).get("span_start", 0)
+    return n - span if name in UNBUDGETED else round(keep_ratio * n)
 EVICTING = [name for name in retention.REGISTRY if name != "full"]
 
 
@@ -77,8 +83,7 @@ def test_evicted_decode_matches_masked_reference(embedded, prompt_ids, name):
     policy = {p.name: p for p in policies(0.3)}[name]
     pre = generation.prefill(model, prompt_ids, capture_window=16)
     keep = policy.select(pre)
-    span = SETTINGS.get(name, {}).get("span_end", 0) - SETTINGS.get(name, {}).get("span_start", 0)
-    assert keep.shape[-1] == (len(prompt_ids) - span if name in UNBUDGETED else round(0.3 * len(prompt_ids)))
+    assert keep.shape[-1] == expected_kept(name, len(prompt_ids))
     tokens, _ = generation.decode_greedy(model, pre, keep, 6, set())
     ours = decoded_logits(model, pre, keep, tokens[:5])
     ref = masked_reference_logits(model, prompt_ids + tokens[:5], len(prompt_ids), keep)[len(prompt_ids):]

@@ -81,8 +81,8 @@ def guard_position(table: pd.DataFrame, text: str, margin: float = 0.05):
     t = table[~table["guard"].str.contains("|", regex=False)].reset_index(drop=True)
     fig, axes = plt.subplots(1, 2, figsize=(8.4, 1.4 + 0.28 * len(t)), sharey=True)
     names = {"a_stricter": "A-stricter items (A unsafe, B safe)", "b_stricter": "B-stricter items (B unsafe, A safe)"}
-    lo_all = min(-0.3, *[float(np.nanmin(t[f"pos_{d}_lo"])) for d in names if t[f"pos_{d}_lo"].notna().any()])
-    hi_all = max(1.3, *[float(np.nanmax(t[f"pos_{d}_hi"])) for d in names if t[f"pos_{d}_hi"].notna().any()])
+    lo_all = min([-0.3] + [float(np.nanmin(t[f"pos_{d}_lo"])) for d in names if t[f"pos_{d}_lo"].notna().any()])
+    hi_all = max([1.3] + [float(np.nanmax(t[f"pos_{d}_hi"])) for d in names if t[f"pos_{d}_hi"].notna().any()])
     lo_all, hi_all = max(lo_all, -1.5), min(hi_all, 2.5)
     for ax, (d, title) in zip(axes, names.items()):
         ax.axvspan(0.5 - margin, 0.5 + margin, color="0.85", lw=0)
