@@ -38,9 +38,7 @@ def ci_run(tmp_path_factory):
     are the ones that run wrote."""
     from pathlib import Path
 
-    import pandas as pd
-
-    from refusal_audit import paths, pipeline, studies
+    from refusal_audit import paths, pipeline, store, studies
     from refusal_audit.paths import ROOT
 
     finished = os.environ.get(FINISHED_CI_RUN)
@@ -55,7 +53,7 @@ def ci_run(tmp_path_factory):
             assert not finished or run.dir == Path(finished).resolve(), (run.dir, finished)
             run.models = pool = pool or run.models
             if finished:
-                tables = {f.stem: pd.read_csv(f) for f in sorted((run.dir / "stats" / name).glob("*.csv"))}
+                tables = store.read_tables(run.dir / "stats" / name)
                 runs[name] = (run, tables, [f.stem for f in sorted((run.dir / "figures").glob(f"{name}_*.png"))])
                 continue
             for stage in ("items", "prompts", "generate", "judge"):

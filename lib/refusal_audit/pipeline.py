@@ -185,7 +185,7 @@ class Run:
         folder = self.dir / "stats" / name
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder}: not found; run notebook 05 first")
-        return {f.stem: pd.read_csv(f) for f in sorted(folder.glob("*.csv"))}
+        return store.read_tables(folder)
 
     def verdicts(self) -> pd.DataFrame:
         """The verdict table of the run's studies (``verdict_table``), written as ``stats/verdicts.csv``."""

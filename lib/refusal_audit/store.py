@@ -104,6 +104,11 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def read_tables(folder: Path) -> dict[str, pd.DataFrame]:
+    """Every ``*.csv`` of ``folder`` by stem (a study's ``stats/<study>/`` tables); empty when there is none."""
+    return {f.stem: pd.read_csv(f) for f in sorted(Path(folder).glob("*.csv"))}
+
+
 def write_manifest(run_dir: str | Path, params: dict, inputs: list[str | Path], registration: dict | None = None) -> Path:
     """``manifest.json``: resolved params, the params file's registration (``registration.record``), package
     versions, git commit, sha256 of every input and of every file the run wrote (everything under ``run_dir``

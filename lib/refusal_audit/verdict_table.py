@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import studies
+from . import store, studies
 
 # what each column holds (report.html's header); every key a study's row must fill
 COLUMNS = {
@@ -66,7 +66,7 @@ def study_rows(p, name: str, stats_dir: Path) -> pd.DataFrame:
     folder = stats_dir / name
     if not hasattr(module, "verdict_rows"):
         return check_rows(name, [missing_row(name, "the study states no verdict table (no verdict_rows)")])
-    tables = {f.stem: pd.read_csv(f) for f in sorted(folder.glob("*.csv"))} if folder.is_dir() else {}
+    tables = store.read_tables(folder)
     if not tables:
         return check_rows(name, [missing_row(name, f"no statistics in {folder.name}/ (run notebook 05)")])
     try:
