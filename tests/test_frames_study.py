@@ -632,6 +632,29 @@ def test_a_registered_params_file_is_checked_against_its_registration(tmp_path):
     assert registration.record(params)["registration"] == "does not match"
 
 
+def test_the_registration_commit_is_the_one_that_registered_the_current_hash(tmp_path):
+    """A params file registered twice: the manifest's registration commit is the second registration's (the
+    commit whose registration file holds the hash the run is checked against), not the file's first."""
+    import subprocess
+
+    from refusal_audit import registration
+
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,  # noqa: E731
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    params, reg = tmp_path / "control.yaml", tmp_path / "control.sha256"
+    heads = []
+    for text in ("run_name: x\n", "run_name: y\n"):
+        params.write_text(text)
+        reg.write_text(registration.sha256(params) + "  control.yaml\n")
+        git("add", ".")
+        git("commit", "-q", "-m", text)
+        heads.append(git("rev-parse", "HEAD"))
+    git("commit", "-q", "--allow-empty", "-m", "a later commit")
+    assert registration.record(params) == {"params_sha256": registration.sha256(params),
+                                           "registration_commit": heads[1], "registration": "matches"}
+
+
 def test_the_headline_figure_draws_every_declared_pair_test_and_an_empty_table():
     from refusal_audit.studies.frames import charts
 

@@ -40,12 +40,13 @@ def _git(args: list[str], cwd: Path) -> str:
 
 
 def record(params_file: Path) -> dict[str, str]:
-    """For the manifest: ``params_sha256``; ``registration_commit`` (the first commit that added the
-    registration file, "" when none); ``registration`` = "matches" / "does not match" / "none"."""
+    """For the manifest: ``params_sha256``; ``registration_commit`` (the last commit that wrote the
+    registration file, i.e. registered the hash it holds; "" when none or uncommitted); ``registration`` =
+    "matches" / "does not match" / "none"."""
     params_file = Path(params_file).resolve()
     reg = registration_file(params_file)
     out = {"params_sha256": sha256(params_file), "registration_commit": "", "registration": "none"}
     if reg.is_file():
-        out["registration_commit"] = _git(["log", "--diff-filter=A", "--format=%H", "--", reg.name], reg.parent).split("\n")[-1]
+        out["registration_commit"] = _git(["log", "-1", "--format=%H", "--", reg.name], reg.parent)
         out["registration"] = "matches" if reg.read_text().split()[:1] == [out["params_sha256"]] else "does not match"
     return out
