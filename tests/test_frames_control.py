@@ -114,3 +114,33 @@ def test_the_preregistered_control_run_recovers_the_plant_and_its_null_is_clean(
     # the verdict rule itself: a control row not beyond noise, or a null row beyond it, fails
     broken = rows.assign(beyond_noise=rows["family"].str.startswith("null control"))
     assert control.preregistered_verdict(broken, 0.05) == (False, False)
+
+
+def test_a_fresh_run_of_two_preregistered_items_gives_the_committed_replies(tmp_path):
+    """Reproducibility of the pre-registered run (issue 48 item 5): two of its 24 items regenerated now, through
+    the study's own prompts and the engine, for the control (3 frames x 2 paraphrases x 7 decodes), give replies
+    whose sha256 equal the committed run's (organism/frame_control/preregistered_generations.csv, from `make all
+    PARAMS=params/frames_control.yaml` at the registration commit; a second run gave the same aggregates to every
+    digit; 1 and 2 threads gave the same replies on three items). The replies are to benign requests; only
+    their hashes are committed."""
+    import hashlib
+
+    from refusal_audit import config, executor, generation, models, retention, store
+    from refusal_audit.studies import frames
+
+    p = config.load(control.PREREGISTERED)
+    fr = p.studies["frames"]
+    pool = models.Pool(p.models, device="cpu")
+    items = frames.items(p)
+    chosen = items[items["item_id"].isin(sorted(items["item_id"])[:2])]
+    prompts = frames.prompts(p, chosen, pool)
+    prompts = prompts[prompts["model"] == CONTROL]
+    grid = generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens)
+    fresh = executor.generate(p, pool, CONTROL, prompts, lambda r: [retention.make("full")],
+                              store.ShardStore(tmp_path), grid, carry=frames.CARRY)
+    fresh = fresh.assign(reply_sha256=[hashlib.sha256(r.encode()).hexdigest() for r in fresh["reply"]])
+    committed = pd.read_csv(control.OUT / "preregistered_generations.csv")
+    key = ["model", "item_id", "frame", "paraphrase", "temperature", "seed"]
+    both = fresh[key + ["reply_sha256"]].merge(committed, on=key, suffixes=("", "_committed"))
+    assert len(fresh) == len(both) == 2 * 3 * 2 * 7
+    assert (both["reply_sha256"] == both["reply_sha256_committed"]).all(), both[both["reply_sha256"] != both["reply_sha256_committed"]]
