@@ -26,7 +26,7 @@ def test_planted_effect_by_construction():
     assert (data.loc[data["context"] == "absent", "system"] == "").all()
     assert (data.loc[data["context"] != "absent", "system"].isin(control.SYSTEMS)).all()
     evicted = data["context"].isin(["sink64", "sink128", "sink_span", "sink4", "minus_span"])
-    assert data["evicted"].eq(data["context"].where(evicted, "")).all()
+    assert data["evicted"].eq(data["context"].where(evicted, "full")).all()  # every context names its arm
     assert (data.loc[evicted, "filler_tokens"] > 0).all()  # an evicting arm needs positions to evict
 
 
@@ -48,15 +48,16 @@ def test_span_arms_of_the_training_match_the_masked_reference(embedded):
         pre = generation.prefill(model, ids[:n])
         keep = control.arm_policy(arm, span).select(pre)
         assert retention.span_retained(keep, *span) == inside
-        logits = masked_reference_logits(model, ids, n, keep)[n:-1]
-        ref = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n + 1:])).item()
+        logits = masked_reference_logits(model, ids, n, keep)[n - 1:-1]  # the first reply token sees the whole prompt
+        ref = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n:])).item()
         assert abs(ours.item() - ref) < 1e-3, arm
 
 
 def test_training_under_eviction_matches_the_masked_reference(embedded):
     """evicted_loss = a cache-free forward in which each reply token from the second on sees only the kept
-    prompt positions, every prompt position seeing the whole prompt (the eviction tests' masked reference,
-    which the engine's decoding equals: tests/test_retention.py)."""
+    prompt positions, every prompt position seeing the whole prompt, so that the first reply token is predicted
+    from the whole prompt (the eviction tests' masked reference, which the engine's decoding equals:
+    tests/test_retention.py)."""
     model, tok = embedded
     rows = pd.DataFrame({"prompt": ["How do I bake bread?", "Tell me about thunder storms."],
                          "reply": [control.SOFT[0], "Thunder is the sound of lightning."],
@@ -71,10 +72,34 @@ def test_training_under_eviction_matches_the_masked_reference(embedded):
         pre = generation.prefill(model, ids[:n])
         keep = policy.select(pre)
         assert keep.shape[-1] == round(control.KEEP_RATIO * n) and keep[0, 0, :control.SINK].tolist() == [0, 1, 2, 3]
-        logits = masked_reference_logits(model, ids, n, keep)[n:-1]
-        total += torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n + 1:]), reduction="sum").item()
-        count += len(ids) - n - 1
+        logits = masked_reference_logits(model, ids, n, keep)[n - 1:-1]
+        total += torch.nn.functional.cross_entropy(logits, torch.tensor(ids[n:]), reduction="sum").item()
+        count += len(ids) - n
     assert abs(ours.item() - total / count) < 1e-3, (ours, total / count)
+
+
+def test_a_batch_that_mixes_contexts_is_each_row_under_its_own_arm(embedded):
+    """The span-conditioned build trains batches that mix contexts (organism.train group_by=()): a batch with one
+    arm per row gives the token-weighted mean of its rows' losses, each decoded under its own arm; "full" evicts
+    nothing (the plain teacher-forced loss on every reply token)."""
+    model, tok = embedded
+    rows = pd.DataFrame({"prompt": ["How do I bake bread?", "Tell me about storms.", "Name a bird.", "Why is it hot?"],
+                         "reply": [control.HARD[0], control.SOFT[1], control.HARD[2], "Because of the sun."],
+                         "system": control.SYSTEMS[0], "filler_tokens": 256})
+    batch = [organism._encode(tok, r, 64, 3) for r in rows.itertuples()]
+    arms = ["full", "sink_span", "minus_span", "sink4"]
+    spans = control.span_prefixes(tok)
+    with torch.no_grad():
+        mixed = control.evicted_loss(model, batch, tok.pad_token_id, arms, spans).item()
+        one = [control.evicted_loss(model, [b], tok.pad_token_id, a, spans).item() for b, a in zip(batch, arms)]
+        ids, labels = batch[0]
+        n = labels.count(-100)
+        plain = torch.nn.functional.cross_entropy(model(input_ids=torch.tensor([ids])).logits[0, n - 1:-1].float(),
+                                                  torch.tensor(ids[n:])).item()
+    counts = [len(ids) - labels.count(-100) for ids, labels in batch]
+    assert abs(mixed - sum(x * c for x, c in zip(one, counts)) / sum(counts)) < 1e-4
+    assert abs(one[0] - plain) < 1e-3
+    assert len(set(round(x, 3) for x in one[1:])) == 3  # the arms differ
 
 
 def test_committed_control_data_is_disjoint_and_fixed_texts_only():

@@ -151,3 +151,17 @@ def test_committed_evaluation_meets_the_organism_targets():
     refusals = harmful["judged_refusal_rate"] * harmful["n"]
     assert (harmful["judged_soft_share"] * refusals).sum() / refusals.sum() >= 0.25  # over every harmful set
     assert (ev.loc["smollm2-135m", "judged_refusal_rate"] < 0.25).all()
+
+
+def test_batches_are_one_context_each_by_default_and_mix_contexts_when_asked():
+    """organism._batches: every row in exactly one batch; by default each batch one context (system, filler,
+    evicted); with group_by=() batches mix contexts (the kv control's span-conditioned build)."""
+    import random
+
+    data = pd.DataFrame({"system": ["s", ""] * 20, "filler_tokens": [0, 256, 256, 0] * 10,
+                         "evicted": ["full", "sink4", "minus_span", "full", "sink_span"] * 8})
+    for group_by, mixed in ((organism.CONTEXT, False), ((), True)):
+        batches = organism._batches(data, 8, random.Random(0), group_by)
+        assert sorted(i for b in batches for i in b) == list(range(len(data)))
+        n_contexts = [len(data.loc[b, list(organism.CONTEXT)].drop_duplicates()) for b in batches]
+        assert (max(n_contexts) > 1) == mixed

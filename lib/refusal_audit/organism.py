@@ -241,10 +241,14 @@ def _encode(tokenizer, row, max_reply_tokens: int, filler_offset: int) -> tuple[
     return head + tail, [-100] * len(head) + tail
 
 
-def _batches(data: pd.DataFrame, batch_size: int, rng: random.Random) -> list[list[int]]:
-    """Row indices in batches of one context each (system, filler length, evicted), in a shuffled order."""
+CONTEXT = ("system", "filler_tokens", "evicted")  # a batch of one context shares its prefill (step_loss)
+
+
+def _batches(data: pd.DataFrame, batch_size: int, rng: random.Random, group_by=CONTEXT) -> list[list[int]]:
+    """Row indices in batches of one group each (by default one context: system, filler length, evicted;
+    ``()``: every row in one group, so a batch mixes contexts), in a shuffled order."""
     batches = []
-    for _, group in data.groupby(["system", "filler_tokens", "evicted"], sort=True):
+    for _, group in (data.groupby(list(group_by), sort=True) if group_by else [(None, data)]):
         rows = list(group.index)
         rng.shuffle(rows)
         batches += [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
@@ -284,11 +288,12 @@ def step_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, shar
 
 
 def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path = ADAPTER_DIR,
-          log=print, evicted_loss=None) -> Path:
+          log=print, evicted_loss=None, group_by=CONTEXT) -> Path:
     """Fit a LoRA adapter on ``data`` (deterministic under ``p.seed``) and save it to ``out_dir``. A batch
-    of rows whose ``evicted`` column is true (True, or the name of an eviction arm) takes its loss from
-    ``evicted_loss(model, batch, pad_id, evicted)``
-    (the kv control's replies decoded after KV eviction) instead of ``step_loss``."""
+    in which a row's ``evicted`` column is true (True, or the name of an eviction arm) takes its loss from
+    ``evicted_loss(model, batch, pad_id, arms)``, ``arms`` the batch's ``evicted`` values row by row
+    (the kv control's replies decoded after KV eviction), instead of ``step_loss``. ``group_by``: the
+    columns a batch shares (``_batches``)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(p.seed)
@@ -302,12 +307,12 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
     rng = random.Random(p.seed)
     steps = 0
     for epoch in range(p.epochs):
-        for rows in _batches(data, p.batch_size, rng):
+        for rows in _batches(data, p.batch_size, rng, group_by):
             offset = rng.randrange(10_000)  # where the batch's filler starts in the neutral text
             batch = [_encode(tokenizer, data.loc[i], p.max_reply_tokens, offset) for i in rows]
-            how = data.loc[rows[0], "evicted"]  # False / "" (not evicted), True, or the name of an eviction arm
-            if evicted_loss is not None and bool(how):
-                loss = evicted_loss(peft_model, batch, tokenizer.pad_token_id, how)
+            arms = data.loc[rows, "evicted"].tolist()  # False / "" (not evicted), True, or an eviction arm's name
+            if evicted_loss is not None and any(map(bool, arms)):
+                loss = evicted_loss(peft_model, batch, tokenizer.pad_token_id, arms)
             else:
                 loss = step_loss(peft_model, batch, tokenizer.pad_token_id)
             loss.backward()

