@@ -301,9 +301,11 @@ def verdict_row(flags: pd.Series, rows: pd.DataFrame, alpha: float, seed: int = 
     out["flag_disputed"] = float(f[d].mean()) if d.any() else np.nan
     out.update(dict(zip(["flag_both_safe", "flag_both_unsafe", "flag_a_stricter", "flag_b_stricter"], rates)))
     v = _judge(table, k[None, :], n, alpha, seed)
-    for g, name in enumerate(GROUP_NAMES):
-        out.update({f"separation_{name}": v.separation[0, g], f"separation_lo_{name}": v.separation_lo[0, g],
-                    f"placed_{name}": bool(v.placed[0, g])})
+    for g, name in enumerate(GROUP_NAMES):  # a group after the last one present in ``rows`` has no column
+        have = g < v.separation.shape[1]
+        out.update({f"separation_{name}": v.separation[0, g] if have else np.nan,
+                    f"separation_lo_{name}": v.separation_lo[0, g] if have else np.nan,
+                    f"placed_{name}": bool(v.placed[0, g]) if have else False})
     sides = {1: "A", -1: "B", 0: "none"}
     for j, dname in enumerate(DIRECTIONS):
         out.update({f"pos_{dname}": v.position[0, j], f"pos_{dname}_lo": v.lo[0, j],
