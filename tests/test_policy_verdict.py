@@ -11,7 +11,7 @@ from refusal_audit.studies import policy as study
 from refusal_audit.studies.policy import analysis, verdict
 
 FULL = {"datasets": ["harmbench", "xstest", "jbb_harmful", "jbb_benign", "strongreject", "advbench",
-                     "simplesafetytests", "openai_moderation"]}
+                     "simplesafetytests", "openai_moderation", "written"]}
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +39,18 @@ def rows(pool_items):
 def test_synthetic_guards_built_from_the_labels_come_out_a_b_and_undetermined(rows):
     t = verdict.verdicts(verdict.synthetic(rows, seed=0), rows, alpha=0.05).set_index("guard")
     assert t.loc["synthetic_A_flip10", "follows"] == "A"
-    # B's labels with 10 % flipped: B on the A-stricter items; on the 17 B-stricter items of this draw (13
-    # flagged) the interval reaches 0.49, inside the band: undetermined (power, not a wrong policy; issue 45)
-    assert t.loc["synthetic_B_flip10", "follows"] in ("B", "undetermined")
+    # B's labels with 10 % flipped: B (before the written requests, on XSTest's 17 B-stricter items alone, this
+    # draw's interval reached 0.49 and it was undetermined: power; with 62 items it is named, issue 45 item 6)
+    assert t.loc["synthetic_B_flip10", "follows"] == "B"
     assert t.loc["synthetic_B_flip10", "side_a_stricter"] == "B"
     assert t.loc["synthetic_coin", "follows"] == "undetermined"
     assert t.loc["synthetic_mixed", "follows"] == "mixed"  # issue 38's guard: B on A-stricter, A on B-stricter
-    assert t.loc["synthetic_A_flip10", "agree_a"] == pytest.approx(0.9, abs=0.08)
-    assert t.loc["synthetic_B_flip10", "agree_b"] == pytest.approx(0.9, abs=0.08)
+    syn = verdict.synthetic(rows, seed=0)
+    disputed = (rows["unsafe_a"] != rows["unsafe_b"]).to_numpy()
+    for g, col in (("synthetic_A_flip10", "unsafe_a"), ("synthetic_B_flip10", "unsafe_b")):
+        kept = syn[syn["guard"] == g]["unsafe"].to_numpy() == rows[col].astype(bool).to_numpy()
+        assert t.loc[g, f"agree_{col[-1]}"] == pytest.approx(kept[disputed].mean())  # agreement = the unflipped share
+        assert t.loc[g, f"agree_{col[-1]}"] == pytest.approx(0.9, abs=0.1)  # (this draw flips 19 % of B's disputed)
     # on binary-disputed items a verdict matches exactly one policy
     assert (t["agree_a"] + t["agree_b"]).round(12).eq(1).all()
     assert (t["n_missing"] == 0).all() and (t["n_items"] == len(rows)).all()
@@ -57,7 +61,9 @@ def test_a_guard_that_flags_everything_is_not_read_as_the_stricter_policy(rows):
     always = pd.DataFrame({"guard": "always_unsafe", "id": rows["item_id"], "unsafe": np.ones(n, bool)})
     never = pd.DataFrame({"guard": "never_unsafe", "id": rows["item_id"], "unsafe": np.zeros(n, bool)})
     t = verdict.verdicts(pd.concat([always, never]), rows, 0.05).set_index("guard")
-    assert t.loc["always_unsafe", "agree_a"] > 0.8  # A is the stricter policy on most of these items ...
+    # it agrees with A on every A-stricter item (100 of the 162 disputed) ...
+    r = t.loc["always_unsafe"]
+    assert r["agree_a"] == pytest.approx(r["n_a_stricter"] / r["n_disputed"]) and r["agree_a"] > 0.6
     assert t["follows"].eq("undetermined").all()    # ... and still no verdict: it treats every item alike
 
 
@@ -96,7 +102,49 @@ def test_benchmark_scores_and_sentences(rows):
     assert set(pairs["guard"]) == set(ans["guard"]) and (pairs.groupby("guard")["n"].sum() == (rows["unsafe_a"].astype(bool)
                                                                                            != rows["unsafe_b"].astype(bool)).sum()).all()
     one = verdict.sentences(verdict.verdicts(ans, rows, 0.05), 0.05, pairs)[0]
-    assert "all from one rule pair A04/B05" in one  # the B-stricter direction rests on one rule pair
+    assert "all from one rule pair" not in one  # the B-stricter direction: three rule pairs (issue 45 item 6)
+    assert "scored on the clean benchmark split" in one
+    # without the written requests the B-stricter direction rests on XSTest's one pair, and says so
+    xs = rows[rows["dataset"] != "written"].reset_index(drop=True)
+    ans = ans[ans["id"].isin(set(xs["item_id"]))]
+    one = verdict.sentences(verdict.verdicts(ans, xs, 0.05), 0.05, verdict.rule_pair_positions(ans, xs, 0.05))[0]
+    assert "all from one rule pair A04/B05" in one
+
+
+def test_the_b_stricter_direction_has_50_clean_items_from_two_sources_and_three_rule_pairs(rows):
+    """Issue 45 item 6 on the default split: at least 50 clean benchmark B-stricter items from at least
+    two rule pairs and two sources (XSTest 17, the written requests 31 + 14), each written pair with a
+    same-format baseline of at least MIN_ITEMS both-safe and both-unsafe items (the `written` group)."""
+    b = rows[~rows["unsafe_a"].astype(bool) & rows["unsafe_b"].astype(bool)]
+    assert b.groupby(["rule_a", "rule_b"]).size().to_dict() == {("A04", "B05"): 17, ("A21", "B21"): 31,
+                                                                ("A22", "B22"): 14}
+    assert len(b) == 62 and b["dataset"].nunique() == 2
+    table, _ = verdict.strata(rows)
+    w = table[table["group"] == "written"].set_index("cls")["n_items"]
+    assert w.loc[0] == 14 and w.loc[1] == 14 and min(w.loc[0], w.loc[1]) >= verdict.MIN_ITEMS
+    assert set(table.loc[table["cls"] == 3, "group"]) == {"xstest", "written"}
+
+
+def test_a_users_guard_may_be_scored_on_every_row_and_the_verdict_says_which(pool_items, rows):
+    """Issue 45 item 6: `make guard-items SCOPE=all` gives every row of the pool (a guard never trained
+    on the arms' pool), all 50 XSTest A04/B05 rows and 128 written B-stricter rows among them; the
+    verdict on those answers reads every row and says so (`scope`, and in its sentence); answers on
+    the default items read the clean benchmark split."""
+    every = verdict.guard_items(pool_items, seed=0, scope="all")
+    assert list(every.columns) == ["id", "prompt"] and len(every) == len(pool_items)
+    allrows = verdict.scope_rows(pool_items, "all")
+    b = allrows[~allrows["unsafe_a"].astype(bool) & allrows["unsafe_b"].astype(bool)]
+    assert b.groupby("rule_a").size().to_dict() == {"A04": 50, "A21": 86, "A22": 42}
+    syn = verdict.synthetic(allrows, seed=0)
+    assert verdict.answered_scope(syn, pool_items) == "all"
+    assert verdict.answered_scope(verdict.synthetic(rows, seed=0), pool_items) == "benchmark"
+    t = verdict.verdicts(syn, allrows, 0.05, scope="all").set_index("guard")
+    assert (t["scope"] == "all").all() and t.loc["synthetic_A_flip10", "n_b_stricter"] == 178
+    assert t.loc["synthetic_A_flip10", "follows"] == "A" and t.loc["synthetic_B_flip10", "follows"] == "B"
+    text = verdict.sentences(t.reset_index(), 0.05)[0]
+    assert "scored on every row of the pool, training and validation rows included" in text
+    with pytest.raises(ValueError, match="scope 'train'"):
+        verdict.scope_rows(pool_items, "train")
 
 
 # --- the answers file ---------------------------------------------------------------------------------
@@ -370,7 +418,8 @@ def test_make_guard_verdict_on_guards_keyed_on_length_or_one_dispute(tmp_path, m
                                       "B_on_copyright_only": "mixed", "follows_A_f05_r92": "A",
                                       "follows_B_f05_r92": "B"}
     assert t.loc["length_150", "reason"].startswith("no position on A-stricter and B-stricter")
-    assert "xstest baseline 67 safe / 67 unsafe answered" in t.loc["length_150", "reason"]
+    assert "xstest baseline 70 safe / 67 unsafe answered" in t.loc["length_150", "reason"]
+    assert "written baseline 14 safe / 14 unsafe answered" in t.loc["length_150", "reason"]
     assert "A01/B01 A" in t.loc["A_on_copyright_only", "pair_sides"]
     assert "A17/B20 B" in t.loc["A_on_copyright_only", "pair_sides"]
     assert "A01/B01 B" in t.loc["B_on_copyright_only", "pair_sides"]
@@ -420,7 +469,7 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     real = verdict.disputed_for_power
     monkeypatch.setattr(verdict, "disputed_for_power", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     lines = study.plan_notes(p)
-    assert lines[0].startswith(f"policy: {n_disputed} disputed benchmark rows") and "9.6%" in lines[0]
+    assert lines[0].startswith(f"policy: {n_disputed} disputed benchmark rows") and "12.4%" in lines[0]
     need = seen[0].set_index("profile")
     assert f"follows_A {need.loc['follows_A', 'power']:.0%}, needs {need.loc['follows_A', 'needed']}" in lines[1]
     assert (need["n_disputed"] == n_disputed).all() and need.loc["follows_B", "power"] >= 0.8
@@ -451,11 +500,12 @@ def test_verdict_rows_fill_every_key_from_the_tables(rows, pool_items):
                for r in out)
     by = {r["system"].split(" (")[0]: r for r in out}
     assert by["arm_a"]["role"] == "primary" and by["arm_a"]["answer"] == "follows A"
-    assert by["arm_a"]["power"].startswith("0.95 at a typical follower of A")
+    assert by["arm_a"]["power"].startswith("1.00 at a typical follower of A")
     assert by["synthetic_coin"]["role"] == "null control" and by["synthetic_coin"]["answer"] == "undetermined"
     assert "synthetic_coin not rejected (as expected)" in by["arm_a"]["controls"]
     assert "synthetic_A_flip10 recovered" in by["arm_a"]["controls"]
-    assert by["synthetic_B_flip10"]["power"].startswith("MDE ")  # undetermined on this draw: its MDE
+    assert by["synthetic_B_flip10"]["power"].startswith("1.00 at a typical follower of B")
+    assert by["synthetic_mixed"]["power"].startswith("MDE ")  # mixed: its smallest detectable distance
     assert by["verdict rule"]["role"] == "calibration" and by["verdict rule"]["answer"] == "within 5 %"
     assert by["arm_a"]["fpr"].startswith("0.0% (worst wrong-policy rate of 31 simulated profiles, 500 draws each")
     assert study.verdict_rows(None, {})[0]["answer"] == "not computed"

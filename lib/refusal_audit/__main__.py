@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--params", default="params/default.yaml")
     gi = sub.add_parser("guard-items", help="every prompt a guard must score for the policy study's verdict (CSV: id, prompt, benchmark)")
     gi.add_argument("--out", required=True)
+    gi.add_argument("--scope", default="benchmark", help="benchmark (the clean benchmark split) or all (every row "
+                    "of the pool: a guard never trained on the arms' pool)")
     gi.add_argument("--params", default="params/default.yaml")
     gv = sub.add_parser("guard-verdict", help="which policy a guard follows, from its answers (CSV: id, verdict or p_unsafe[, guard])")
     gv.add_argument("--verdicts", required=True)
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             from .studies import policy
 
             if args.cmd == "guard-items":
-                print(f"wrote {policy.write_guard_items(args.params, args.out)}")
+                print(f"wrote {policy.write_guard_items(args.params, args.out, args.scope or 'benchmark')}")
             else:
                 for line in policy.guard_verdict_files(args.verdicts, args.run, args.params, args.guard or None):
                     print(line)

@@ -136,7 +136,7 @@ def _default_arms() -> list[ArmParams]:
 @dataclass
 class Params:
     datasets: list[str] = field(default_factory=lambda: [*rules.DEFAULT_DATASETS, "simplesafetytests",
-                                                         "openai_moderation"])
+                                                         "openai_moderation", "written"])
     split: SplitParams = field(default_factory=SplitParams)
     student: FitParams = field(default_factory=FitParams)
     teacher: FitParams = field(default_factory=lambda: FitParams(hidden=512))
@@ -239,13 +239,16 @@ def _pool(p) -> pd.DataFrame:
 
 
 def preflight(p, models) -> None:
-    """Data present and labelled in full under both policies (a row no rule labels, or a rule that
-    matches no field or value, stops here); a training pool and held-out rows exist; guard models
-    known (their weights are checked when loaded)."""
+    """Every prompt file with its provenance (``design.check_provenance``: a SOURCE.md that names it,
+    states its licence and records its sha256); data present and labelled in full under both
+    policies (a row no rule labels, or a rule that matches no field or value, stops here); a
+    training pool and held-out rows exist; guard models known (their weights are checked when
+    loaded)."""
     s = p.studies[NAME]
     try:
+        design.check_provenance(s.datasets)
         split = _pool(p)
-    except rules.RuleError as e:
+    except (rules.RuleError, design.ProvenanceError) as e:
         raise ParamsError(f"{p.source_file}: policy.datasets: {e}") from None
     counts = split["role"].value_counts()
     for role in ("train", "benchmark"):
@@ -617,14 +620,18 @@ def _split_items(p) -> pd.DataFrame:
     return design.build_items(split.rename(columns={"text": "prompt"}), audited, NAME)
 
 
-def write_guard_items(params_file: str, out: str) -> Path:
-    """``make guard-items OUT=file.csv``: every prompt a guard must score (``verdict.guard_items``)."""
+def write_guard_items(params_file: str, out: str, scope: str = "benchmark") -> Path:
+    """``make guard-items OUT=file.csv [SCOPE=all]``: every prompt a guard must score
+    (``verdict.guard_items``): the clean benchmark split, or with ``all`` every row of the pool (a
+    guard never trained on the arms' pool)."""
     from ... import config
 
+    if scope not in verdict.SCOPES:
+        raise ParamsError(f"make guard-items: SCOPE={scope!r}; expected one of {', '.join(verdict.SCOPES)}")
     p = config.load(params_file)
     if NAME not in p.studies:
         raise ParamsError(f"{params_file}: no policy section; the guard items are the policy study's")
-    table = verdict.guard_items(_split_items(p), p.seed)
+    table = verdict.guard_items(_split_items(p), p.seed, scope)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
@@ -649,10 +656,13 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
         if not f.is_file():
             raise FileNotFoundError(f"{f}: not found; run the policy study first (make all PARAMS=... STUDIES=policy)")
     items = design.own(pd.read_parquet(items_file))
-    rows = verdict.scored_rows(items)
-    answers = verdict.read_answers(verdicts_file, rows["item_id"].tolist(), guard)
+    answers = verdict.read_answers(verdicts_file, items["item_id"].tolist(), guard)
+    # issue 45 item 6: a guard that scored the items of `make guard-items SCOPE=all` (never trained on the arms'
+    # pool) is read on every row of the pool; otherwise on the clean benchmark split, as the arms are
+    scope = verdict.answered_scope(answers, items)
+    rows = verdict.scope_rows(items, scope)
     alpha = p.stats.alpha
-    theirs = verdict.verdicts(answers, rows, alpha, p.seed)
+    theirs = verdict.verdicts(answers, rows, alpha, p.seed, scope)
     run_table = pd.read_csv(arms_file)
     arms_at_seed = run_table[(run_table["kind"] == "arm") & ~run_table["guard"].str.contains("|", regex=False)]
     floor = float(run_table["seed_floor"].iloc[0])
@@ -662,13 +672,13 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     pairs.to_csv(folder / "guard_positions.csv", index=False)
     verdict.benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
     cal_file = folder / "stats" / NAME / "verdict_calibration.csv"  # a run analysed before issue 38 has none
-    cal = (pd.read_csv(cal_file) if cal_file.is_file() else
+    cal = (pd.read_csv(cal_file) if cal_file.is_file() and scope == "benchmark" else
            verdict.run_calibration(rows, alpha, p.seed, p.studies[NAME].calibration_draws))
     shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
     fig = charts.guard_position(
         shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (seed floor of their agreement "
                f"with A {floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
-               f"disputed clean benchmark items (binary labels of A and B differ); position between the guard's own "
+               f"disputed {'clean benchmark items' if scope == 'benchmark' else 'items of the whole pool'} (binary labels of A and B differ); position between the guard's own "
                f"flag rates on the undisputed items of the same dataset and format; {1 - alpha:.0%} Jeffreys-posterior "
                "intervals.", verdict.MARGIN)
     save(fig, "guard_verdict", [folder])

@@ -25,8 +25,11 @@ the clean rows; a benchmark with no clean row is reported and excluded.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -49,13 +52,19 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "simplesafetytests": ("harmful", "SimpleSafetyTests"),
     "openai_moderation_flagged": ("harmful", "OpenAI moderation set, flagged under any category"),
     "openai_moderation_unflagged": ("benign", "OpenAI moderation set, flagged under no category"),
+    "written_safe": ("benign", "requests written for this repository that policy A lets through (fiction look-alikes, "
+                               "a fictional character's private data, harmless fabrications for a story)"),
+    "written_unsafe": ("harmful", "requests written for this repository that both policies block (a real person's "
+                                  "private data, deception aimed at real people)"),
 }
 VALIDATION = "validation"  # the audit's name for the validation split
 SPLITS = ("train", "validation", "benchmark")
 LICENCES = {"harmbench": "MIT", "xstest": "CC-BY-4.0", "jbb_harmful": "MIT", "jbb_benign": "MIT",
-            "strongreject": "MIT", "advbench": "MIT", "simplesafetytests": "CC-BY-4.0", "openai_moderation": "MIT"}
+            "strongreject": "MIT", "advbench": "MIT", "simplesafetytests": "CC-BY-4.0", "openai_moderation": "MIT",
+            "written": "MIT"}
 CATEGORY_FIELD = {"harmbench": "SemanticCategory", "xstest": "type", "jbb_harmful": "Category",
-                  "jbb_benign": "category", "strongreject": "category", "simplesafetytests": "harm_area"}
+                  "jbb_benign": "category", "strongreject": "category", "simplesafetytests": "harm_area",
+                  "written": "type"}
 MODERATION_FLAGS = ("S", "H", "V", "HR", "SH", "S3", "H2", "V2")
 
 
@@ -66,9 +75,48 @@ def benchmark_of(row) -> str:
         return f"harmbench_{row['FunctionalCategory']}"
     if ds == "xstest":
         return f"xstest_{row['label']}"
+    if ds == "written":  # the set's label column, as XSTest's (the disputed types are safe, as A reads them)
+        return f"written_{row['label']}"
     if ds == "openai_moderation":
         return "openai_moderation_" + ("flagged" if any(row.get(f) == "1" for f in MODERATION_FLAGS) else "unflagged")
     return ds
+
+
+class ProvenanceError(ValueError):
+    """A prompt file without its provenance: no SOURCE.md beside it, or one that does not name the file,
+    state its licence or record its sha256."""
+
+
+_LICENCE_LINE = re.compile(r"^[\s>*-]*licen[cs]e\b[^:\n]*:(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+def check_provenance(names, data_dir=None) -> None:
+    """Every prompt file of the datasets ``names`` has its provenance (issue 45: a data file for new
+    items without a licence or source row stops ``make check``): a ``SOURCE.md`` in the file's folder
+    that names the file, has a licence line (``License: ...`` or ``Licence: ...``) stating the
+    licence the items table records for it (``LICENCES``), and records the file's sha256 (a file
+    edited without its SOURCE.md stops too). Raises ``ProvenanceError``, one line naming the file."""
+    for name in names:
+        path = Path(DATA_DIR if data_dir is None else data_dir) / rules.SOURCES[name].path
+        if not path.is_file():
+            continue  # build_pool names a missing prompt file
+        source = path.parent / "SOURCE.md"
+        if not source.is_file():
+            raise ProvenanceError(f"{path}: no SOURCE.md beside it ({source}); expected the file's upstream or "
+                                  "author, licence and sha256 (data/README.md, 'Adding a prompt set')")
+        text = source.read_text(encoding="utf-8")
+        if path.name not in text:
+            raise ProvenanceError(f"{path}: {source} has no row naming {path.name!r}; expected its source, rows "
+                                  "and sha256")
+        licence = LICENCES.get(name, "")
+        stated = [m.strip() for m in _LICENCE_LINE.findall(text)]
+        if not licence or not any(licence in s for s in stated):
+            raise ProvenanceError(f"{path}: {source} has no licence line stating {licence or '(none recorded)'!r} "
+                                  f"(design.LICENCES[{name!r}]); found {stated or 'no License:/Licence: line'}")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest not in text:
+            raise ProvenanceError(f"{path}: sha256 {digest} is not recorded in {source}; expected the file's "
+                                  "sha256 there (a changed file needs its SOURCE.md updated)")
 
 
 def labelled_pool(include: list[str] | tuple[str, ...], data_dir=DATA_DIR,
