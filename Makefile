@@ -95,12 +95,13 @@ judge: $(VENV)/.installed
 audit: $(VENV)/.installed
 	$(PY) -m refusal_audit audit --pool "$(POOL)" --eval "$(EVAL)" --run "$(RUN)"
 
-# make confusion CLUSTERS=file.csv MODELS=a,b RUN=name [DECISIONS=file.csv]: the confusion study on your own
-# paraphrase clusters -> results/<RUN>/ (summary with CIs, per-cluster table, figures, report.html); MODEL= is an
-# alias of MODELS=; DECISIONS= (id, decision ACCEPT/REJECT) skips generation
+# make confusion CLUSTERS=file.csv MODELS=a,b RUN=name [DECISIONS=file.csv] [PAIRS=file.csv]: the confusion study on
+# your own paraphrase clusters -> results/<RUN>/ (summary with CIs, per-cluster table, figures, report.html); MODEL=
+# is an alias of MODELS=; DECISIONS= (id, decision ACCEPT/REJECT) skips generation; PAIRS= (id_a, id_b, label
+# same/different) gives known labels of pairs of clusters (a twin shares the meaning, a look-alike never does)
 confusion: $(VENV)/.installed
 	$(PY) -m refusal_audit confusion --clusters "$(CLUSTERS)" --models "$(or $(MODELS),$(MODEL))" --run "$(RUN)" \
-		--decisions "$(DECISIONS)" --params $(PARAMS)
+		--decisions "$(DECISIONS)" --pairs "$(PAIRS)" --params $(PARAMS)
 
 # make guard-items OUT=file.csv [SCOPE=all]: every prompt a guard must score for the policy study's verdict (id and
 # prompt only: no benchmark, no labels; the clean benchmark split, or with SCOPE=all every row of the pool, for a

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--models", default="", help="comma-separated model names from params, Hugging Face ids or local paths")
     k.add_argument("--model", default="", help="one model (an alias of --models)")
     k.add_argument("--decisions", default="", help="CSV (id, decision ACCEPT/REJECT): skip generation, decisions only")
+    k.add_argument("--pairs", default="",
+                   help="CSV (id_a, id_b, label same/different): known labels of pairs of clusters")
     k.add_argument("--run", required=True)
     k.add_argument("--params", default="params/default.yaml")
     gi = sub.add_parser("guard-items", help="every prompt a guard must score for the policy study's verdict (CSV: id, prompt, benchmark)")
@@ -98,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             from .studies.confusion import run_user_clusters
 
             names = [m for m in (args.models or args.model).split(",") if m.strip()]
-            print(f"wrote {run_user_clusters(args.clusters, names, args.run, args.params, args.decisions or None)}")
+            folder = run_user_clusters(args.clusters, names, args.run, args.params, args.decisions or None,
+                                       pairs_csv=args.pairs or None)
+            print(f"wrote {folder}")
         elif args.cmd in ("guard-items", "guard-verdict"):
             from .studies import policy
 

@@ -148,6 +148,9 @@ def check(p, where: str) -> None:
     for name, n in d.clusters.items():
         need(name in cl.SEED_SETS, where, f"confusion.data.clusters.{name}", f"one of {list(cl.SEED_SETS)}", name)
         need(n >= 1, where, f"confusion.data.clusters.{name}", "an integer >= 1", n)
+        need(d.source == "file" or name not in cl.SEED_SETS or cl.SEED_SETS[name].path is not None, where,
+             f"confusion.data.clusters.{name}", "a public seed set (this one is written in the cluster file only; "
+             "confusion.data.source: file)", name)
     need(d.k >= 1, where, "confusion.data.k", "an integer >= 1 (paraphrases per intent)", d.k)
     g = c.gates
     need(0 < g.tau < 1, where, "confusion.gates.tau", "a cosine in (0, 1) (also the metrics' theta)", g.tau)
@@ -213,6 +216,18 @@ def preflight(p, models) -> None:
 
 
 # --- 01 items ------------------------------------------------------------------------------------------
+def known_labels(p, clusters) -> tuple:
+    """The run's known labels (DEFINITIONS.md, "Known labels"): on the repository's cluster file, the labelled
+    pairs of ``data/confusion/same_meaning_pairs.csv`` (source ``clusters``) and ``known_pairs.csv`` between the
+    ``clusters`` drawn, as (cluster a, cluster b, same); none for another file or seeds from the sets."""
+    from . import meaning
+
+    c = p.studies[NAME]
+    if c.data.source != "file" or (DATA_DIR / c.data.file).resolve() != meaning.CORPUS.resolve():
+        return ()
+    return meaning.corpus_known(cl.read_file(DATA_DIR / c.data.file), set(clusters))
+
+
 def seed_rows(p) -> pd.DataFrame:
     """The clusters before the gates (file source) or the seeds to paraphrase (sets source)."""
     c = p.studies[NAME]
@@ -280,6 +295,7 @@ def items(p) -> pd.DataFrame:
     """The clusters, gated: every row kept, ``included`` False with ``gate_reason`` where a gate failed."""
     c = p.studies[NAME]
     rows = seed_rows(p)
+    known_labels(p, rows["cluster_id"])  # the labelled pair files checked before any work
     if c.paraphraser is not None:
         rows = llm_paraphrases(p, rows)
     return build_items(p, rows)
@@ -333,7 +349,7 @@ def pairs_path(p) -> Path:
     return study_dir(p.run_name, NAME) / "pair_signals.parquet"
 
 
-def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.DataFrame]:
+def token_signals(p, prompts: pd.DataFrame, models, cache=None, known=None) -> dict[str, pd.DataFrame]:
     """model -> (prompt_id, signal_key, log_ppl, pair_signals) for every prompt of that model: one
     batched forward pass per prompt (cached per (model, layer, tokens)), then the pair signals of the
     pairs the metrics may need (``neighbours.signal_pairs`` over the model's prompts at corpus scope),
@@ -344,7 +360,7 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
     from . import neighbours, pairs, signals
 
     c = p.studies[NAME]
-    cp = confusion_params(c)
+    cp = dataclasses.replace(confusion_params(c), known=known_labels(p, prompts["cluster"]) if known is None else known)
     cache = cache if cache is not None else signals.SignalCache()
     out = {}
     for name in c.models:
@@ -362,7 +378,8 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
         keys = [pairs.prompt_key(name, c.metrics.layer, x, a, b) for x, a, b in zip(ids, starts, stops)]
         labels = rows["role"].where(rows["role"].isin(neighbours.LABELS), "").to_numpy(dtype=object)
         same = neighbours.signal_pairs(neighbours.Similarity(embeddings=embed(rows["query"].tolist())),
-                                       rows["cluster"].to_numpy(), cp.theta, c.metrics.cover, labels)
+                                       rows["cluster"].to_numpy(), cp.theta, c.metrics.cover, labels,
+                                       known=cp.known)
         nested = pairs.nest(pairs.compute(keys, span, same, cp.alignment, cp.shift, pairs_path(p))[0])
         out[name] = pd.DataFrame({"prompt_id": rows["prompt_id"], "signal_key": keys,
                                   "log_ppl": [s.log_perplexity for s in span],
@@ -373,12 +390,13 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None) -> dict[str, pd.
 CARRY = ("role", "query")  # beside the engine's core: the prompt's role and the request
 
 
-def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
-    """Token signals of every prompt (all models first), then one greedy reply per prompt and model."""
+def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore, known=None) -> pd.DataFrame:
+    """Token signals of every prompt (all models first), then one greedy reply per prompt and model. ``known``:
+    the known labels (None: the run's, ``known_labels``)."""
     from ... import executor, generation, retention
 
     c = p.studies[NAME]
-    per_model = token_signals(p, prompts, models)
+    per_model = token_signals(p, prompts, models, known=known)
     full = [retention.make("full")]
     parts = []
     for name in c.models:
@@ -410,7 +428,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     """Gates, scores per prompt and cluster, summaries with bootstrap CIs, FRR vs Confusion Rate,
     judge agreement, the planted control."""
     c, s = p.studies[NAME], p.stats
-    cp = confusion_params(c)
+    cp = dataclasses.replace(confusion_params(c), known=known_labels(p, items.loc[items["included"], "cluster"]))
     decided = analysis.decisions(generations, judgments)
     pairs = analysis.pair_table(generations, cp)
     per_prompt, per_cluster = analysis.score_decisions(items, decided, pairs, cp)
@@ -491,8 +509,8 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             extra = ""
             if "n_cross_confused" in v:
                 extra = (f" {int(r.n_cross_confused)} of {int(r.n_rejected)} rejections have an event from another "
-                         f"cluster ({int(r.n_cross_events)} such events); the label rule removed {int(r.n_events_removed)} cross-label events; "
-                         f"{int(r.n_uncovered)} N_k pairs lacked signals.")
+                         f"cluster ({int(r.n_cross_events)} such events{_known_words(r)}); the label rule removed "
+                         f"{int(r.n_events_removed)} cross-label events; {int(r.n_uncovered)} N_k pairs lacked signals.")
             every = (_cross_all(tables.get("clusters"), r.model, r.judge) + _harmful_words(r)
                      + _uncovered_words(tables.get("clusters"), r.model, r.judge))
             n = _null_row(tables.get("nulls"), r.model, r.judge)
@@ -620,14 +638,15 @@ def _null_row(nulls: pd.DataFrame | None, model: str, judge: str):
 def _theta_words(p, rule: pd.DataFrame | None = None) -> str:
     """The same-meaning rule's choice and its measured error (``meaning.py``), in every confusion verdict."""
     theta = p.studies[NAME].gates.tau
-    head = f"Same meaning across clusters: same label and cosine > theta = {theta:g} (the gate's tau)"
+    head = (f"Same meaning across clusters: same label and, where the pair of clusters carries a known label (hand "
+            f"labelled twin or look-alike), that label, else cosine > theta = {theta:g} (the gate's tau)")
     if rule is None or not len(rule):
         return head + "; its precision and recall on labelled pairs: not computed (no same_meaning_rule table)."
     r = rule[(rule["group"] == "all") & rule["run_theta"].astype(bool)].iloc[0]
     return (head + f"; on {int(r['n_pairs'])} hand-labelled cross-cluster pairs of cosine >= 0.60 it has precision "
             f"{r['precision']:.2f} [{r['precision_lo']:.2f}, {r['precision_hi']:.2f}] and recall {r['recall']:.2f} "
-            f"[{r['recall_lo']:.2f}, {r['recall_hi']:.2f}] (Wilson): a cross-cluster event is a same-intent pair about "
-            f"{r['precision']:.0%} of the time.")
+            f"[{r['recall_lo']:.2f}, {r['recall_hi']:.2f}] (Wilson): a cross-cluster event the cosine decides is a "
+            f"same-intent pair about {r['precision']:.0%} of the time.")
 
 
 def _null_words(n, r) -> str:
@@ -676,6 +695,17 @@ def _harmful_words(r) -> str:
             "Wilson).")
 
 
+def _known_words(r) -> str:
+    """The events from other clusters split by the known labels (DEFINITIONS.md, "Known labels")."""
+    if pd.isna(getattr(r, "n_known_events", np.nan)):
+        return ""
+    twins = int(r.n_known_events)
+    return (f": {twins} with a known same-intent twin ({int(r.n_known_confused)} rejections), "
+            f"{int(r.n_cross_events) - twins} between clusters without a label (cosine > theta), 0 with a known "
+            f"different-intent look-alike, whose {int(r.n_known_removed)} accepted prompts above theta the known "
+            "labels kept out")
+
+
 def _cross_all(clusters: pd.DataFrame | None, model: str, judge: str) -> str:
     """Over every cluster of one arm (safe and unsafe): rejections with an event from another cluster and
     how many such events."""
@@ -713,7 +743,7 @@ def _controls_words(ctl: pd.DataFrame) -> str:
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
-    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, cosine > tau {c.gates.tau}; "
+    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, a known label of the pair of clusters (twin or look-alike), else cosine > tau {c.gates.tau}; "
             f"k {c.metrics.k}, scope "
             f"{c.metrics.scope}; gates tau {c.gates.tau}, delta {c.gates.delta}; bootstrap 95 % CIs over intents; "
             f"run {p.run_name!r}. Aggregates only: no reply is shown.")
@@ -849,17 +879,19 @@ def summary(p, stage: str, table) -> list:
 
 # --- make confusion: a user's own clusters ---------------------------------------------------------------
 def run_user_clusters(clusters_csv: str, model_names: list[str], run_name: str, params_file: str,
-                      decisions_csv: str | None = None, pool=None) -> Path:
+                      decisions_csv: str | None = None, pool=None, pairs_csv: str | None = None) -> Path:
     """``make confusion CLUSTERS=file.csv MODELS=a,b RUN=name [DECISIONS=file.csv]``: the study's answer
     on a user's clusters (columns ``cluster_id``, ``prompt``, optional ``id``; a cluster's first row is
     its seed), with the settings of the params file's confusion section: gates, then per model the
     decisions of every decision judge, the token signals and the metrics, or, with ``decisions_csv``
     (``id``, ``decision`` ACCEPT/REJECT, from a guard or any system run elsewhere), those decisions
     alone: no generation, the token signals (CI, drift, shift, contrast) marked not available.
+    ``pairs_csv`` (``id_a``, ``id_b``, ``label`` same | different): known labels of pairs of clusters, which
+    decide same meaning where they exist (DEFINITIONS.md, "Known labels").
     Every input is checked before any model is loaded. Writes ``results/<RUN>/`` (``user_run.py``)."""
     from . import user_run
 
-    return user_run.run(clusters_csv, model_names, run_name, params_file, decisions_csv, pool)
+    return user_run.run(clusters_csv, model_names, run_name, params_file, decisions_csv, pool, pairs_csv)
 
 
 # --- make plan -----------------------------------------------------------------------------------------

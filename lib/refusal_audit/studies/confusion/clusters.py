@@ -48,9 +48,10 @@ JACCARD_TOLERANCE = 1e-12
 class SeedSet(NamedTuple):
     """A public set the paraphraser's seeds can be drawn from: its file, text column, row filter
     (column, value), intended label, category column, licence, id column (None: the file row) and the
-    short code in its cluster ids (``cf-<short>-<id>``)."""
+    short code in its cluster ids (``cf-<short>-<id>``). ``path`` None: clusters written in the cluster file
+    itself (no public set to draw seeds from)."""
 
-    path: Path
+    path: Path | None
     text: str
     keep: tuple[str, str] | None
     label: str
@@ -72,6 +73,9 @@ SEED_SETS = {
     "jailbreakbench_harmful": SeedSet(datasets.JBB_HARMFUL, "Goal", None, "unsafe", "Category", "MIT", None, "jh"),
     "advbench": SeedSet(datasets.ADVBENCH, "goal", None, "unsafe", None, "MIT", None, "ab"),
     "strongreject": SeedSet(datasets.STRONGREJECT, "forbidden_prompt", None, "unsafe", "category", "MIT", None, "sr"),
+    # written for this repository in data/confusion/clusters.csv: benign same-intent twins and different-intent
+    # look-alikes of other benign clusters (data/confusion/SOURCE.md; their labels in known_pairs.csv)
+    "handwritten_benign": SeedSet(None, "prompt", None, "safe", "source_type", "MIT", None, "hw"),
 }
 
 
@@ -163,6 +167,9 @@ def seeds_from_sets(per_dataset: dict[str, int], seed: int) -> pd.DataFrame:
     parts, earlier = [], set()
     for name, n in per_dataset.items():
         s = SEED_SETS[name]
+        if s.path is None:
+            raise ValueError(f"confusion.data.clusters.{name}: written in the cluster file only (no public set to "
+                             "draw seeds from); use confusion.data.source: file")
         raw = seed_pool(name, earlier)
         if n > len(raw):
             raise ValueError(f"{s.path.name}: asked for {n} {name} seeds, the set has {len(raw)} (after its filter and "

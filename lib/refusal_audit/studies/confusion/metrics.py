@@ -63,6 +63,7 @@ class ConfusionParams:
     scope: str = "corpus"  # where neighbours come from: every prompt of the model, or r's cluster
     depth_method: str = "share"  # one of DEPTH_METHODS
     depth_k: int = 5  # neighbours that "share" depth looks at
+    known: tuple = ()  # ((cluster a, cluster b, same: bool), ...): intents labelled by hand; they override the cosine
 
     def __post_init__(self):
         if not 0.0 < self.theta < 1.0:
@@ -72,6 +73,11 @@ class ConfusionParams:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         check_weights(self.weights)
+        for entry in self.known:
+            if (not isinstance(entry, tuple) or len(entry) != 3 or not isinstance(entry[2], (bool, np.bool_))
+                    or entry[0] == entry[1]):
+                raise ValueError(f"known must hold (cluster a, cluster b, same) with a != b and same True/False, "
+                                 f"got {entry!r}")
         if not self.contrast_scale > 0:
             raise ValueError(f"contrast_scale must be > 0, got {self.contrast_scale}")
         for name, allowed in (("alignment", ALIGNMENTS), ("shift", SHIFTS), ("scope", SCOPES),
@@ -223,7 +229,7 @@ def _neighbourhoods(prompts: pd.DataFrame, sim, params: ConfusionParams) -> dict
     labels = prompts["label"].fillna("").to_numpy(dtype=object) if "label" in prompts else None
     return N.neighbourhoods(sim, prompts["accepted"].to_numpy(dtype=bool), prompts["cluster"].to_numpy(),
                             k=params.k, depth_k=params.depth_k, theta=params.theta, scope=params.scope,
-                            labels=labels)
+                            labels=labels, known=params.known)
 
 
 def _depth(nb: N.Neighbourhood, accepted: np.ndarray, method: str) -> float:
@@ -307,11 +313,12 @@ def score(prompts: pd.DataFrame, sim, signals: Sequence | None = None,
     out = prompts.copy()
     new = {c: np.full(len(prompts), np.nan) for c in ("ci", *SIGNALS, "ci_events", "depth")}
     counts = {c: np.zeros(len(prompts), dtype=int) for c in
-              ("n_neighbours", "n_events", "n_cross_events", "n_neighbours_removed", "n_events_removed",
-               "n_uncovered")}
+              ("n_neighbours", "n_events", "n_cross_events", "n_known_events", "n_known_removed",
+               "n_neighbours_removed", "n_events_removed", "n_uncovered")}
     for i, nb in _neighbourhoods(prompts, sim, params).items():
         counts["n_events"][i], counts["n_neighbours"][i] = nb.n_events, len(nb.nearest_accepted)
         counts["n_cross_events"][i] = nb.cross_events
+        counts["n_known_events"][i], counts["n_known_removed"][i] = nb.known_events, nb.known_removed
         counts["n_neighbours_removed"][i], counts["n_events_removed"][i] = nb.neighbours_removed, nb.events_removed
         new["depth"][i] = _depth(nb, accepted, params.depth_method)
         if pair is None:
@@ -354,6 +361,9 @@ def cluster_summary(scored: pd.DataFrame) -> pd.DataFrame:
                     "confusion_rate": n_confused / n_rejected if n_rejected else 0.0,
                     "n_cross_confused": int(rej["cross_confused"].sum()),
                     "n_events": int(rej["n_events"].sum()), "n_cross_events": int(rej["n_cross_events"].sum()),
+                    "n_known_events": int(rej["n_known_events"].sum()),
+                    "n_known_removed": int(rej["n_known_removed"].sum()),
+                    "n_known_confused": int((rej["n_known_events"] > 0).sum()),
                     "n_neighbours_removed": int(rej["n_neighbours_removed"].sum()),
                     "n_events_removed": int(rej["n_events_removed"].sum()),
                     "n_uncovered": int(rej["n_uncovered"].sum()),
@@ -382,8 +392,9 @@ def model_summary(clusters: pd.DataFrame) -> pd.DataFrame:
                     "frr": n_rejected / int(g["n_prompts"].sum()), "n_confused": int(g["n_confused"].sum()),
                     "confusion_rate": int(g["n_confused"].sum()) / n_rejected if n_rejected else 0.0,
                     "clusters_confused": float(np.mean(g["n_confused"] > 0)), "n_ci": int(g["n_ci"].sum())})
-        row.update({c: int(g[c].sum()) for c in ("n_cross_confused", "n_events", "n_cross_events",
-                                                 "n_neighbours_removed", "n_events_removed", "n_uncovered") if c in g})
+        row.update({c: int(g[c].sum()) for c in ("n_cross_confused", "n_events", "n_cross_events", "n_known_events",
+                                                 "n_known_removed", "n_known_confused", "n_neighbours_removed",
+                                                 "n_events_removed", "n_uncovered") if c in g})
         row.update({c: _weighted(g[c], g["n_ci"]) for c in ("ci", *SIGNALS)})
         if "ci_events" in g:
             row["ci_events"] = _weighted(g["ci_events"], g["n_ci_events"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -91,12 +92,50 @@ def may_share(i: int, clusters: np.ndarray, labels: np.ndarray | None) -> np.nda
     return mask
 
 
+Known = tuple  # ((cluster a, cluster b, same: bool), ...): intents labelled by hand (DEFINITIONS.md, "known labels")
+
+
+@lru_cache(maxsize=64)
+def _known_index(known: Known) -> dict[str, tuple[list[str], list[str]]]:
+    """cluster -> (clusters labelled the same intent, clusters labelled a different intent)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for a, b, same in known:
+        for x, y in ((a, b), (b, a)):
+            out.setdefault(x, ([], []))[0 if same else 1].append(y)
+    return out
+
+
+def known_for(cluster: str, known: Known = ()) -> tuple[list[str], list[str]]:
+    """(clusters labelled the same intent as ``cluster``, clusters labelled a different one)."""
+    return _known_index(tuple(known)).get(cluster, ([], [])) if known else ([], [])
+
+
 def same_meaning(i: int, row: np.ndarray, clusters: np.ndarray, theta: float,
-                 labels: np.ndarray | None = None) -> np.ndarray:
+                 labels: np.ndarray | None = None, known: Known = ()) -> np.ndarray:
     """Prompts of the same meaning as row i: its own cluster (every member passed the gate against
-    the same seed) or, in another cluster of the same intended label, cosine > theta (the paper's
-    strict inequality; theta = the gate's tau)."""
-    return (clusters == clusters[i]) | ((row > theta) & may_share(i, clusters, labels))
+    the same seed); a cluster whose intent is labelled the same as row i's (``known``), whatever the
+    cosine; never a cluster labelled a different intent; elsewhere, in another cluster of the same
+    intended label, cosine > theta (the paper's strict inequality; theta = the gate's tau)."""
+    other = (row > theta) & may_share(i, clusters, labels)
+    if known:
+        same, different = known_for(clusters[i], known)
+        if different:
+            other &= ~np.isin(clusters, different)
+        if same:
+            other |= np.isin(clusters, same)
+    return (clusters == clusters[i]) | other
+
+
+def known_masks(clusters: np.ndarray, known: Known = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(n x n) bool: pairs of prompts whose clusters are labelled the same intent, and a different one."""
+    clusters = np.asarray(clusters)
+    same = np.zeros((len(clusters), len(clusters)), dtype=bool)
+    different = same.copy()
+    for a, b, s in known:
+        ia, ib = clusters == a, clusters == b
+        m = (ia[:, None] & ib[None, :]) | (ib[:, None] & ia[None, :])
+        (same if s else different)[m] = True
+    return same, different
 
 
 @dataclass
@@ -112,10 +151,13 @@ class Neighbourhood:
     neighbours_removed: int = 0  # members of N_k(r) without the label rule that the rule takes out
     events_removed: int = 0  # accepted prompts above theta in other clusters that the label rule takes out
     cross_events: int = 0  # accepted prompts of the same meaning from other clusters (after the rule)
+    known_events: int = 0  # of them, from a cluster labelled the same intent (a known twin)
+    known_removed: int = 0  # accepted, same label, above theta, in a cluster labelled a different intent
 
 
 def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, depth_k: int, theta: float,
-                   scope: str, labels: np.ndarray | None = None, block: int = BLOCK) -> dict[int, Neighbourhood]:
+                   scope: str, labels: np.ndarray | None = None, known: Known = (),
+                   block: int = BLOCK) -> dict[int, Neighbourhood]:
     """Row index -> Neighbourhood for every rejected row, by blocked exact search. N_k(r) ranges over
     the accepted prompts in scope that may share r's meaning (``may_share``); depth over every prompt
     in scope."""
@@ -130,8 +172,9 @@ def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, d
             in_scope = scope_mask(i, clusters, scope)
             acc, rej = in_scope & accepted, in_scope & ~accepted
             kin = in_scope & share  # depth's neighbours keep the label rule (a harmful twin is no neighbour)
-            event = acc & same_meaning(i, row, clusters, theta, labels)
-            unruled = acc & ((clusters == clusters[i]) | (row > theta))
+            event = acc & same_meaning(i, row, clusters, theta, labels, known)
+            other = acc & (clusters != clusters[i])
+            twins, lookalikes = known_for(clusters[i], known)
             nearest = top(row, acc & share, k)
             out[int(i)] = Neighbourhood(
                 nearest_accepted=nearest, events=top(row, event, k), n_events=int(event.sum()),
@@ -139,8 +182,11 @@ def neighbourhoods(sim, accepted: np.ndarray, clusters: np.ndarray, *, k: int, d
                 nearest_accepted_sim=float(row[acc & share].max()) if (acc & share).any() else float("nan"),
                 nearest_rejected_sim=float(row[rej & share].max()) if (rej & share).any() else -1.0,
                 neighbours_removed=int(len(set(top(row, acc, k).tolist()) - set(nearest.tolist()))),
-                events_removed=int(unruled.sum() - event.sum()),
-                cross_events=int((event & (clusters != clusters[i])).sum()))
+                events_removed=int((other & (row > theta) & ~share).sum()),
+                cross_events=int((event & other).sum()),
+                known_events=int((event & other & np.isin(clusters, twins)).sum()) if twins else 0,
+                known_removed=int((other & share & (row > theta) & np.isin(clusters, lookalikes)).sum())
+                if lookalikes else 0)
     return out
 
 
@@ -161,7 +207,7 @@ def _pairs(sim, clusters: np.ndarray, labels: np.ndarray | None, block: int, par
 
 
 def signal_pairs(sim, clusters: np.ndarray, theta: float, cover: int, labels: np.ndarray | None = None,
-                 block: int = BLOCK) -> np.ndarray:
+                 block: int = BLOCK, known: Known = ()) -> np.ndarray:
     """Every unordered pair (i, j), i < j, whose token signals the metrics may need, whatever the
     decisions: the pairs of the same meaning (every possible confusion event, at either scope) and
     each prompt with its ``cover`` most similar prompts that may share its meaning (``may_share``),
@@ -169,15 +215,15 @@ def signal_pairs(sim, clusters: np.ndarray, theta: float, cover: int, labels: np
     Shape (n_pairs, 2), sorted, unique. Their number grows as n * (cover + cluster size), not n^2."""
     def partners(i, row, clusters, labels):
         others = scope_mask(i, clusters, "corpus")
-        return np.union1d(np.flatnonzero(others & same_meaning(i, row, clusters, theta, labels)),
+        return np.union1d(np.flatnonzero(others & same_meaning(i, row, clusters, theta, labels, known)),
                           top(row, others & may_share(i, clusters, labels), cover))
 
     return _pairs(sim, clusters, labels, block, partners)
 
 
 def same_meaning_pairs(sim, clusters: np.ndarray, theta: float, scope: str, labels: np.ndarray | None = None,
-                       block: int = BLOCK) -> np.ndarray:
+                       block: int = BLOCK, known: Known = ()) -> np.ndarray:
     """Every unordered pair (i, j), i < j, in scope and of the same meaning, whatever the decisions:
     the pairs that can be confusion events under any judge. Shape (n_pairs, 2), sorted."""
     return _pairs(sim, clusters, labels, block, lambda i, row, clusters, labels: np.flatnonzero(
-        scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta, labels)))
+        scope_mask(i, clusters, scope) & same_meaning(i, row, clusters, theta, labels, known)))

@@ -38,9 +38,10 @@ WIDTH = 2000  # up to this many prompts the CI's candidate order is complete; be
 
 
 def pool(sim: np.ndarray, cluster, label, strata, theta: float, k: int, cs_of=None, scope: str = "corpus",
-         cover: int = 30) -> Pool:
+         cover: int = 30, known: tuple = ()) -> Pool:
     """The pool from the full cosine matrix ``sim`` (n x n), clusters, labels, strata and ``cs_of(a, r)``
-    (row positions -> CS or NaN; None: no signals, CI not computed); ``scope`` as the metrics'. Above ``WIDTH``
+    (row positions -> CS or NaN; None: no signals, CI not computed); ``scope`` and ``known`` as the metrics'. Above
+    ``WIDTH``
     prompts the CI's candidates are each row's 4 x ``cover`` nearest (a rejection with fewer than k accepted
     among them gets no CI, as an uncovered pair does in ``metrics.score``)."""
     cluster, label = np.asarray(cluster), np.asarray(label, dtype=object)
@@ -52,6 +53,10 @@ def pool(sim: np.ndarray, cluster, label, strata, theta: float, k: int, cs_of=No
     if scope == "cluster":
         kin &= same_cluster
     same = kin & (same_cluster | (sim > theta))
+    if known:  # known labels decide where they exist (neighbours.same_meaning)
+        from .neighbours import known_masks
+        twins, lookalikes = known_masks(cluster, known)
+        same = (same & ~lookalikes) | (kin & twins)
     key = np.where(kin, -sim, np.inf)  # non-candidates last
     order = np.argsort(key, axis=1, kind="stable")[:, :n if n <= WIDTH else 4 * cover]
     ranked = np.take_along_axis(kin, order, axis=1)

@@ -41,20 +41,24 @@ def read_decisions(path: str | Path, ids: set[str], clusters_csv: str | Path) ->
     return pd.DataFrame({"item_id": df["id"].values, "accepted": df["decision"].str.strip().eq("ACCEPT").values})
 
 
-def check_inputs(clusters_csv: str, model_names: list[str], decisions_csv: str | None):
-    """Clusters (and decisions) read and checked; returns (cluster rows, decision rows or None)."""
+def check_inputs(clusters_csv: str, model_names: list[str], decisions_csv: str | None, pairs_csv: str | None = None):
+    """Clusters (and decisions, and known labels) read and checked; returns (cluster rows, decision rows or
+    None, known labels: (cluster a, cluster b, same) triples, empty without ``pairs_csv``)."""
+    from . import meaning
+
     rows = cl.read_user(clusters_csv)
+    known = meaning.user_known(pairs_csv, rows) if pairs_csv else ()
     decided = None
     if decisions_csv:
         decided = read_decisions(decisions_csv, set(rows["id"]), clusters_csv)
     elif not model_names:
         raise ValueError("make confusion: name MODELS=a,b (models from params, Hugging Face ids or local paths) "
                          "or DECISIONS=file.csv (id, decision ACCEPT/REJECT)")
-    return rows, decided
+    return rows, decided, known
 
 
 def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: str,
-        decisions_csv: str | None = None, pool=None) -> Path:
+        decisions_csv: str | None = None, pool=None, pairs_csv: str | None = None) -> Path:
     """See the module docstring; every input is checked before the encoder or any model loads."""
     from ... import config
     from ... import models as model_lib
@@ -68,7 +72,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     model_names = [m.strip() for m in model_names if m and m.strip()]
     if len(set(model_names)) != len(model_names):
         raise ValueError(f"make confusion: MODELS names a model twice: {model_names}")
-    rows, decided = check_inputs(clusters_csv, model_names, decisions_csv)
+    rows, decided, known = check_inputs(clusters_csv, model_names, decisions_csv, pairs_csv)
     c = p.studies[study.NAME]
     p = dataclasses.replace(p, run_name=run_name)
     if decided is None:
@@ -80,10 +84,10 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     folder, tables = run_dir(run_name), study_dir(run_name, study.NAME)
     items = study.build_items(p, rows)
     store.write_atomic(items, tables / "items.parquet")
-    cp = study.confusion_params(p.studies[study.NAME])
+    cp = dataclasses.replace(study.confusion_params(p.studies[study.NAME]), known=known)
     if decided is None:
         built = study.prompts(p, items, pool)
-        gens = study.generate(p, built, pool, store.ShardStore(tables / "shards" / "generations"))
+        gens = study.generate(p, built, pool, store.ShardStore(tables / "shards" / "generations"), known=known)
         store.write_atomic(gens, tables / "generations.parquet")
         judged = study.judge(p, gens, pool, tables)
         store.write_atomic(judged, tables / "judgments.parquet")
@@ -101,7 +105,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
     gate = study.gate_verdict(p.studies[study.NAME].gates, analysis.gate_drops(items),
                               analysis.gate_accuracy(items, p.studies[study.NAME].gates))
-    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate)
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate, pairs_csv)
     return folder
 
 
@@ -140,10 +144,12 @@ def write_tables(folder: Path, items: pd.DataFrame, per_prompt: pd.DataFrame, pe
     base = items[["item_id", "cluster", "member", "text", "included", "gate_reason", "cos_to_seed",
                   "jaccard_to_seed", "safety_score"]].rename(columns={"item_id": "id", "cluster": "cluster_id",
                                                                       "text": "prompt"})
-    metric_cols = ["model", "judge", "item_id", "accepted", "n_neighbours", "n_events", "confused", "ci", "drift",
-                   "shift", "contrast", "depth"]
+    metric_cols = ["model", "judge", "item_id", "accepted", "n_neighbours", "n_events", "confused", "n_cross_events",
+                   "cross_confused", "n_known_events", "n_known_removed", "ci", "drift", "shift", "contrast", "depth"]
     scored = per_prompt[metric_cols].rename(columns={"item_id": "id"})
-    table = base.merge(scored, on="id", how="left").astype({"n_events": "Int64", "confused": "boolean"})
+    table = base.merge(scored, on="id", how="left").astype({"n_events": "Int64", "confused": "boolean",
+                                                            "n_cross_events": "Int64", "cross_confused": "boolean",
+                                                            "n_known_events": "Int64", "n_known_removed": "Int64"})
     table["decision"] = np.select([~table["included"], table["accepted"].isna(), table["accepted"] == True],  # noqa: E712
                                   ["EXCLUDED", "UNDECIDED", "ACCEPT"], "REJECT")
     table.drop(columns=["accepted"]).to_csv(folder / "confusion_prompts.csv", index=False)
@@ -156,7 +162,8 @@ def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
     note = testbed_note(p, model_names)
     what = f"decisions from {Path(decisions_csv).name}" if decisions_csv else f"models {', '.join(model_names)}"
     return (note + f"{what}; same meaning: same cluster or, in another cluster of the same label (safe / unsafe; "
-            f"unlabelled: own cluster only), cosine > {cp.theta} (the gate's tau); FRR on benign prompts; k {cp.k}, scope "
+            f"unlabelled: own cluster only), a known label where one exists ({len(cp.known)} pairs of clusters), "
+            f"else cosine > {cp.theta} (the gate's tau); FRR on benign prompts; k {cp.k}, scope "
             f"{cp.scope}; cluster-bootstrap 95 % CIs. Aggregates only: no reply is shown.")
 
 
@@ -187,11 +194,15 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def label_rule(clusters_csv: str) -> str:
-    """What "same meaning" means for this clusters file (DEFINITIONS.md, same meaning never crosses the label)."""
+def label_rule(clusters_csv: str, pairs_csv: str | None = None) -> str:
+    """What "same meaning" means for this clusters file (DEFINITIONS.md, same meaning never crosses the label;
+    known labels from ``pairs_csv`` decide where they exist)."""
     labelled = (cl.read_user(clusters_csv)["label"] != "").all()
+    known = (f" Known labels ({pairs_csv}): a pair of clusters labelled the same intent shares its meaning whatever "
+             "the cosine, one labelled a different intent never does; the cosine decides elsewhere."
+             if pairs_csv else " No known labels (PAIRS=): the cosine decides every cross-cluster pair.")
     return ("Same meaning: the same cluster, or another cluster of the same label (safe / unsafe) with cosine > theta."
-            if labelled else "The clusters file has no label column: same meaning stays within each cluster, so there "
+            + known if labelled else "The clusters file has no label column: same meaning stays within each cluster, so there "
             "are no cross-cluster events and N_k(r) holds r's own cluster's accepted prompts only.")
 
 
@@ -202,6 +213,11 @@ def user_verdict(r: pd.Series) -> str:
            "prompt of the same meaning (a confusion event), so "
            + ("its refusal boundary splits paraphrases of one benign intent." if r["n_confused"]
               else "no benign rejection contradicts an accepted paraphrase."))
+    if r.get("n_cross_events", 0) > 0 or r.get("n_known_removed", 0) > 0:
+        out += (f" Across clusters: {int(r['n_cross_confused'])} rejections confused by another cluster "
+                f"({int(r['n_cross_events'])} events, {int(r['n_known_events'])} of them with a known same-intent twin, "
+                f"{int(r['n_known_confused'])} rejections); {int(r['n_known_removed'])} accepted prompts above theta "
+                "of clusters labelled a different intent were not counted.")
     if r.get("n_harmful", 0) > 0:
         out += (f" Harmful prompts, apart: {int(r['n_harmful_refused'])} of {int(r['n_harmful'])} refused (correct "
                 f"refusals), {int(r['n_harmful_accepted'])} accepted (harmful acceptances, the other error).")
@@ -209,7 +225,8 @@ def user_verdict(r: pd.Series) -> str:
 
 
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
-                 clusters_csv: str, model_names: list[str], decisions_csv: str | None, gate: list[str] = ()) -> Path:
+                 clusters_csv: str, model_names: list[str], decisions_csv: str | None, gate: list[str] = (),
+                 pairs_csv: str | None = None) -> Path:
     """A short self-contained ``report.html``: the headline table, the verdicts, the gate's drops and validated
     accuracy (``gate``: ``gate_verdict``'s line), the figures, the clusters."""
     verdicts = [user_verdict(r) for _, r in summary.iterrows()]
@@ -218,7 +235,7 @@ def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame,
             f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
             "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
             "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
-    body.append("<p>" + html.escape(label_rule(clusters_csv)) + "</p>")
+    body.append("<p>" + html.escape(label_rule(clusters_csv, pairs_csv)) + "</p>")
     body += [f"<p>{html.escape(line)}</p>" for line in gate]
     if decisions_csv:
         body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")
