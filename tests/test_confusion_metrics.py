@@ -1,5 +1,6 @@
 """Confusion (ParaGuard) metrics and token signals: hand-built cases with known answers, and the
 signals of the embedded model (batched == one at a time, padding-invariant, cached)."""
+import io
 from types import SimpleNamespace
 
 import numpy as np
@@ -424,6 +425,9 @@ def test_the_verdict_test_is_calibrated_on_a_known_answer():
     assert c.loc["uniform", "called"] <= 0.05 + 0.04 and c.loc["surface", "called"] <= 0.05 + 0.04
     assert c.loc["structure 1", "called"] == 1.0 and c.loc["structure 1", "cr"] == 0.0
     assert Nl.min_detectable(cal) == pytest.approx(c.loc[c["called"] >= 0.8, "effect"].min())
+    # the table is written as null_calibration.csv: its null scenarios stay null scenarios when read back
+    back = pd.read_csv(io.StringIO(cal.to_csv(index=False)))
+    assert (back["kind"] == Nl.NULL).sum() == 2 and back["kind"].notna().all()
 
 
 # --- the same-meaning rule measured on labelled pairs ---------------------------------------------------

@@ -650,7 +650,7 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
             cal = nulls.calibrate(pl, rejected, b["cluster"].to_numpy(), b["rule"].astype(str).to_numpy(), n_perm,
                                   n_draws, alpha, seed)
             half = cal[cal["share"] == 0.5]
-            row.update({"fpr": float(cal.loc[cal["kind"] == "null", "called"].max()),
+            row.update({"fpr": float(cal.loc[cal["kind"] == nulls.NULL, "called"].max()),
                         "power_at_half": float(half["called"].iloc[0]), "effect_at_half": float(half["effect"].iloc[0]),
                         "mde": nulls.min_detectable(cal), "n_draws": n_draws})
             cals.append(cal.assign(model=model, judge=judge))

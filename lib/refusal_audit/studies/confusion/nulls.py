@@ -35,6 +35,7 @@ class Pool:
 
 
 WIDTH = 2000  # up to this many prompts the CI's candidate order is complete; beyond, each row keeps its 4 x cover nearest
+NULL = "no_effect"  # a null scenario's kind in null_calibration.csv ("null" itself is read back from a CSV as missing)
 
 
 def pool(sim: np.ndarray, cluster, label, strata, theta: float, k: int, cs_of=None, scope: str = "corpus",
@@ -187,7 +188,7 @@ def calibrate(p: Pool, rejected: np.ndarray, cluster: np.ndarray, rule: np.ndarr
     top_rule = pd.Series(rule[rejected]).value_counts().index[0] if rejected.any() else rule[0]
     for name, w in (("uniform", None), ("surface", np.where(rule == top_rule, 4.0, 1.0))):
         rate, cr = called(placements(p.strata, counts, n_draws, rng, w))
-        rows.append({"scenario": name, "kind": "null", "share": 0.0, "called": rate, "cr": cr,
+        rows.append({"scenario": name, "kind": NULL, "share": 0.0, "called": rate, "cr": cr,
                      "effect": null_mean - cr})
     for s in shares:
         rate, cr = called(planted_structure(p, counts, s, n_draws, rng, cluster))
