@@ -590,7 +590,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
                    f"{int(n['n_rejected'])} rejections) vs {n['confusion_rate_null']:.2f} under random placement "
                    f"(p {n['confusion_rate_p_below']:.3f}); FRR {r.frr:.3f}; {judge}")
             fpr = (f"{n['fpr']:.1%} (worst of 2 null scenarios, uniform and surface-form placement, "
-                   f"{int(n['n_draws'])} draws each)")
+                   f"{int(n['n_null_draws'])} draws each)")
             power = (f"{n['power_at_half']:.2f} at a CR drop of {n['effect_at_half']:.2f} (half the rejections in whole "
                      "clusters)" if answer == "follows intents" else
                      (f"MDE: CR drop {n['mde']:.2f} below the null" if pd.notna(n["mde"])
@@ -668,8 +668,8 @@ def _null_words(n, r) -> str:
         mde = (f"smallest CR drop detected in 80 % of draws {n['mde']:.2f}" if pd.notna(n["mde"])
                else "no planted drop detected in 80 % of draws")
         out += (f" The test (CR below its null at alpha {n['alpha']:g}) calls {n['fpr']:.1%} of null draws (worst "
-                f"of 2 null scenarios, {int(n['n_draws'])} draws each), {n['power_at_half']:.2f} of draws with half "
-                f"the rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
+                f"of 2 null scenarios, {int(n['n_null_draws'])} draws each), {n['power_at_half']:.2f} of {int(n['n_draws'])} "
+                f"draws with half the rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
     return out
 
 

@@ -652,7 +652,8 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
             half = cal[cal["share"] == 0.5]
             row.update({"fpr": float(cal.loc[cal["kind"] == nulls.NULL, "called"].max()),
                         "power_at_half": float(half["called"].iloc[0]), "effect_at_half": float(half["effect"].iloc[0]),
-                        "mde": nulls.min_detectable(cal), "n_draws": n_draws})
+                        "mde": nulls.min_detectable(cal), "n_draws": n_draws,
+                        "n_null_draws": int(cal.loc[cal["kind"] == nulls.NULL, "n_draws"].max())})
             cals.append(cal.assign(model=model, judge=judge))
         rows.append(row)
     calibration = pd.concat(cals, ignore_index=True) if cals else pd.DataFrame()
