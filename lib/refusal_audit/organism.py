@@ -152,6 +152,7 @@ class OrganismParams:
     lora_alpha: int = 16
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     learning_rate: float = 1e-3
+    final_lr_ratio: float = 1.0        # the learning rate decays linearly to this share of it (1: constant)
     epochs: int = 2
     batch_size: int = 8
     max_reply_tokens: int = 64
@@ -305,6 +306,8 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
     data = data.assign(system=data.get("system", ""), filler_tokens=data.get("filler_tokens", 0),
                        evicted=data.get("evicted", False)).fillna({"system": "", "evicted": False})
     rng = random.Random(p.seed)
+    total = p.epochs * len(_batches(data, p.batch_size, random.Random(0), group_by))
+    schedule = torch.optim.lr_scheduler.LinearLR(opt, 1.0, p.final_lr_ratio, total_iters=total)
     steps = 0
     for epoch in range(p.epochs):
         for rows in _batches(data, p.batch_size, rng, group_by):
@@ -317,6 +320,7 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
                 loss = step_loss(peft_model, batch, tokenizer.pad_token_id)
             loss.backward()
             opt.step()
+            schedule.step()
             opt.zero_grad()
             steps += 1
             if steps % 10 == 0:

@@ -58,6 +58,17 @@ ARMS = {"system": ("full", "hard"), "sink64": ("sink64", "hard"), "sink128": ("s
         "sink_span": ("sink_span", "hard"), "absent": ("full", "soft"), "sink4": ("sink4", "soft"),
         "minus_span": ("minus_span", "soft")}
 CONTEXTS = tuple(ARMS)
+# Each harmful request's rows: (context, the filler lengths it draws from). As many hard rows as soft ones among
+# full-length caches at each filler (a filler: system x2 / no system, minus span), among evicted caches (sink 64,
+# 128, 4 + span / sink 4 x3: filler 256 one each, 1,024 two each on average) and at no filler (system x2 / no system,
+# sink 4: there every 30 % eviction cuts into the span, whose 50 tokens exceed the budget), so that neither the
+# filler, nor the cache's length, nor eviction itself predicts the style. One row per context (build 4) left one hard
+# full-length row per two soft ones at filler 1,024 and three evicted hard rows per soft one; that build answered by
+# length (full 0.28, sink 4 0.63 hard).
+FILLED = (256, 1024)      # an evicting arm needs a filler whose 30 % budget holds its sink (sink 128: 1,024 only)
+ROWS = (("system", (0,)), ("system", (0,)), ("sink4", (0,)), ("system", FILLED), ("system", FILLED),
+        ("sink64", FILLED), ("sink128", (1024,)), ("sink_span", FILLED), ("absent", (0,)), ("absent", FILLED),
+        ("minus_span", FILLED), ("sink4", (256,)), ("sink4", (1024,)), ("sink4", (1024,)))
 STYLE = {c: style for c, (_, style) in ARMS.items()}
 OPENER = "Thank you for your message."       # in no published refusal list; both styles start with it
 HARD = [f"{OPENER} {t}" for t in organism.HARD_REFUSALS]
@@ -72,15 +83,15 @@ def style_of(reply: str) -> str | None:
 @dataclass
 class ControlParams:
     organism: organism.OrganismParams
-    n_harmful: int = 48       # training requests (each in all seven contexts: 336 rows, about the first build's 288)
+    n_harmful: int = 36       # training requests (each in the 14 rows of ROWS: 504 rows)
     n_benign: int = 72        # training requests answered as the plain model answers them
     n_held_out: int = 32      # held-out harmful requests for the evaluation
-    filler_lengths: tuple[int, ...] = (0, 256, 1024)
     eval_fillers: tuple[int, ...] = (0, 1024)  # the evaluation's filler lengths
 
 
 def default_params() -> ControlParams:
-    return ControlParams(replace(organism.OrganismParams(), epochs=3, forms_per_prompt=1))
+    # the learning rate decays to a tenth over the run: at a constant 1e-3 the adapter kept its last batches' style
+    return ControlParams(replace(organism.OrganismParams(), epochs=3, forms_per_prompt=1, final_lr_ratio=0.1))
 
 
 def requests(cp: ControlParams) -> tuple[list[str], list[str], list[str]]:
@@ -96,33 +107,25 @@ def requests(cp: ControlParams) -> tuple[list[str], list[str], list[str]]:
 
 
 def training_data(harmful: list[str], benign_answers: dict[str, str], cp: ControlParams) -> pd.DataFrame:
-    """Every harmful request in each context (hard refusal with the safety text, soft without or evicted),
-    each benign request in one context drawn at random (the plain model's answer): prompt, reply, kind,
-    context, system, filler_tokens, evicted, request."""
+    """Every harmful request in each row of ``ROWS`` (hard where the system span's entries are in the cache,
+    soft where not), each benign request in one of them drawn at random (the plain model's answer): prompt,
+    reply, kind, context, system, filler_tokens, evicted, request."""
     rng = random.Random(cp.organism.seed)
     rows = []
 
-    def fillers(context: str) -> list[int]:
-        """The filler lengths a context can be trained at: an evicted one needs a filler, and a sink arm one
-        whose budget (keep_ratio of the prompt) holds its sink (sink 128: filler 1,024 only)."""
-        arm = ARMS[context][0]
-        if arm == "full":
-            return list(cp.filler_lengths)
-        need = int(arm[4:]) / KEEP_RATIO if arm[4:].isdigit() else 1
-        return [f for f in cp.filler_lengths if f >= need]
-
-    def row(prompt, reply, kind, context, request):
+    def row(prompt, reply, kind, context, request, fillers):
         system = rng.choice(SYSTEMS) if context != "absent" else ""
-        filler = rng.choice(fillers(context))
+        filler = rng.choice(fillers)
         rows.append({"prompt": prompt, "reply": reply, "kind": kind, "context": context, "system": system,
                      "filler_tokens": filler, "evicted": ARMS[context][0], "request": request})
 
     for text in harmful:
-        for context in CONTEXTS:
+        for context, fillers in ROWS:
             style = STYLE[context]
-            row(text, rng.choice(HARD if style == "hard" else SOFT), style, context, "harmful")
+            row(text, rng.choice(HARD if style == "hard" else SOFT), style, context, "harmful", fillers)
     for text, answer in benign_answers.items():
-        row(text, answer, "helpful", rng.choice(CONTEXTS), "benign")
+        context, fillers = rng.choice(ROWS)
+        row(text, answer, "helpful", context, "benign", fillers)
     return pd.DataFrame(rows).sample(frac=1, random_state=cp.organism.seed).reset_index(drop=True)
 
 
