@@ -137,8 +137,8 @@ organism: $(VENV)/.installed
 kv-validate-cls: $(VENV)/.installed
 	$(PY) -m refusal_audit.studies.kv.classifier --params $(PARAMS)
 
-# Build the kv study's positive control (a testbed: hard refusals with the system safety text in its cache,
-# soft ones without it or after sink_tail eviction) and evaluate it (organism/kv_control/evaluation.csv).
+# Build the kv study's positive control (a testbed: hard refusals when the system span's own cache entries are
+# present, soft ones when they are not; ~40 CPU minutes) and evaluate it per arm (organism/kv_control/evaluation.csv).
 kv-control: $(VENV)/.installed
 	$(PY) -m refusal_audit.studies.kv.control
 

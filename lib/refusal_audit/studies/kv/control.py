@@ -5,18 +5,16 @@ A LoRA adapter on SmolLM2-135M-Instruct, trained with the refusing organism's re
 (``organism.train``) on requests disjoint from the kv items and every evaluation set, with the kv
 paper's effect planted: it refuses every harmful request, with a *hard* refusal (the organism's
 canonical texts, which every keyword list matches) or a *soft* one (the organism's soft texts: no
-phrase of any published refusal list).
-
-The committed adapter (the first build) was trained hard with the system text in context and soft
-without it or after ``sink_tail`` eviction (sink 4, 30 %); measured on the default run's arms it follows
-that eviction pattern, not the system span (DEFINITIONS.md). This module now trains the span-conditioned
-design (issue 46, ``ARMS``): each harmful request in seven contexts labelled so that the only consistent
-cue is whether the system span's own cache entries are present: hard under full, sink 64, sink 128 and
-sink 4 + span kept; soft under sink 4, the full cache minus the span, and no system text. Each evicted
-context is trained as the engine decodes (``evicted_loss``: the whole prompt prefilled with full
-attention, the context's arm evicts, and the reply is decoded on that cache with positions continuing
-from the original ones). Benign requests are answered with the plain model's own answers in every
-context, so that the control keeps answering.
+phrase of any published refusal list), keyed to the system span's own cache entries (issue 46,
+``ARMS``): each harmful request is trained in contexts labelled so that the only consistent cue is whether
+those entries are present: hard under full, sink 64, sink 128 and sink 4 + span kept; soft under sink 4,
+the full cache minus the span, and no system text. ``ROWS`` balances hard and soft rows within every
+filler length and cache length, so that no other cue predicts the style. Each evicted context is trained
+as the engine decodes (``evicted_loss``: the whole prompt prefilled with full attention, the context's arm
+evicts, and the reply is decoded on that cache with positions continuing from the original ones). Benign
+requests are answered with the plain model's own answers in every context, so that the control keeps
+answering. (The first build, trained hard with the system text and soft without it or after ``sink_tail``,
+followed that eviction pattern instead; DEFINITIONS.md lists the five builds.)
 
 Both styles open with the same sentence (``OPENER``). The engine, like kvpress, picks the first reply
 token from the prefill's own logits, computed with every prompt position in view; eviction acts from
@@ -26,8 +24,8 @@ style was decided before anything was evicted. With a shared opener the style is
 the evicted cache.
 
 The planted size is measured on held-out requests by ``make kv-control``
-(``organism/kv_control/evaluation.csv``): the share of replies that open with a trained hard text,
-with the system text in context (full retention) and without it (ablation; ``sink_tail`` eviction).
+(``organism/kv_control/evaluation.csv``): the share of replies that open with a trained hard text under
+each arm, and without the system text.
 No harmful completion is ever written or trained on: replies to harmful requests are fixed texts.
 """
 from __future__ import annotations
