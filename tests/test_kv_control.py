@@ -53,7 +53,7 @@ def test_no_cue_but_the_span_predicts_the_style():
 
     assert balanced(control.ROWS)
     build4 = [(c, (0, 256, 1024) if control.ARMS[c][0] == "full" else (1024,) if c == "sink128" else (256, 1024))
-              for c in control.CONTEXTS]
+              for c in control.ARMS]
     assert not balanced(build4)
 
 

@@ -55,7 +55,6 @@ SYSTEMS = organism.SYSTEM_PROMPTS[:2]        # the kv study's default and ci saf
 ARMS = {"system": ("full", "hard"), "sink64": ("sink64", "hard"), "sink128": ("sink128", "hard"),
         "sink_span": ("sink_span", "hard"), "absent": ("full", "soft"), "sink4": ("sink4", "soft"),
         "minus_span": ("minus_span", "soft")}
-CONTEXTS = tuple(ARMS)
 # Each harmful request's rows: (context, the filler lengths it draws from). As many hard rows as soft ones among
 # full-length caches at each filler (a filler: system x2 / no system, minus span), among evicted caches (sink 64,
 # 128, 4 + span / sink 4 x3: filler 256 one each, 1,024 two each on average) and at no filler (system x2 / no system,
