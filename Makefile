@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: figures kv-humans all test test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: figures kv-humans all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -47,8 +47,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # core, each test file on one worker); every process on one thread. make test-unit: every unit test alone
 # (the tests make their own ci run).
 TEST_WORKERS ?= 2
-test: $(VENV)/.installed
+test: $(VENV)/.installed lint
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 test-unit-rest test-notebooks-then-run
+
+# make lint: ruff over the library, the tests and the benchmarks (house style in pyproject.toml); make test runs it first
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check lib tests benchmarks
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests

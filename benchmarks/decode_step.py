@@ -19,9 +19,9 @@ from collections import Counter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from kv_grid import kv_grid  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from kv_grid import kv_grid  # noqa: E402
 from refusal_audit import generation, retention  # noqa: E402
 
 KINDS = {  # operator name -> kind; anything else is "elementwise and small ops"

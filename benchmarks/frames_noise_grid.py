@@ -1,7 +1,7 @@
 """The frames noise criterion's simulation grid at the default run's and the paper roster's designs
 (``stats.simulate_noise_grid``; DEFINITIONS.md "Beyond paraphrase noise"): per design and subset, the
 item count, the decodes per cell and the declared family's size read from the params file, and the grid
-(frame effect 0-0.8 incl. the seed's 3.6 and 11.8 points x random-sign swing SD 0-0.9, 300 replicates; the mean-square noise comparison and the primary contrast, issue 48). Writes
+(frame effect 0-0.8 incl. the seed's 3.6 and 11.8 points x random-sign swing SD 0-0.9, 300 replicates; the mean-square noise comparison and the primary contrast). Writes
 ``benchmarks/frames_noise_grid.csv`` and prints the size (largest share called beyond over the null cells)
 and the power at each design, with the CPU seconds each grid took.
 
@@ -19,7 +19,8 @@ import pandas as pd  # noqa: E402
 
 from refusal_audit import config, stats  # noqa: E402
 from refusal_audit.paths import ROOT  # noqa: E402
-from refusal_audit.studies.frames import analysis, items as frame_items  # noqa: E402
+from refusal_audit.studies.frames import analysis  # noqa: E402
+from refusal_audit.studies.frames import items as frame_items
 
 OUT = Path(__file__).with_suffix(".csv")
 

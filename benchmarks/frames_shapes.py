@@ -1,4 +1,4 @@
-"""The frames tests' size and power over effect SHAPES (issue 48; DEFINITIONS.md "Beyond paraphrase noise"),
+"""The frames tests' size and power over effect SHAPES (DEFINITIONS.md "Beyond paraphrase noise"),
 outside ``make all``: the frame effect on 100 / 50 / 25 % of the items x the rewording swing on 100 / 50 / 25 %
 of them, at the noise criterion's own null boundary (true mean F^2 = true mean P^2: swing SD = effect x
 sqrt(frame share / swing share), and 5 % above it), and the primary contrast's and the noise comparison's power

@@ -29,8 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-
 from kv_grid import kv_grid  # noqa: E402
+
 from refusal_audit import generation, retention  # noqa: E402
 from refusal_audit.store import ShardStore  # noqa: E402
 

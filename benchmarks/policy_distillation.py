@@ -1,4 +1,4 @@
-"""Why does distillation from the policy-A teacher barely move the student? (issue 25, item 3)
+"""Why does distillation from the policy-A teacher barely move the student?
 
 Trains the distilled arms of params/default.yaml (E7: hard labels B + A teacher; E8: half A, half B
 + A teacher) on the default split, frozen MiniLM embeddings, seed 0, under each combination of the

@@ -1,4 +1,4 @@
-"""The policy verdict's calibration on the default run's guard items (issue 45, item 3), committed
+"""The policy verdict's calibration on the default run's guard items, committed
 as ``benchmarks/policy_verdict_calibration.csv`` and read by the run (``verdict.run_calibration``)
 when its items, alpha, seed, draws and rule match the table's ``key``; any other run simulates its
 own. 31 profiles x 500 simulated guards x 1,000 posterior draws: ~30 s on two cores, more than

@@ -4,7 +4,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # make test: one worker per core, one thread each (two workers of
-    import torch                            # two threads each on two cores ran decoding several times slower)
+    import torch  # two threads each on two cores ran decoding several times slower)
 
     os.environ["OMP_NUM_THREADS"] = "1"  # also for the CLI's subprocesses and the Ray workers
     torch.set_num_threads(1)

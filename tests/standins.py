@@ -205,7 +205,7 @@ def tokenizer(family: Family, corpus: str):
 
 
 def config(family: Family, vocab: int, tok):
-    from transformers import AutoConfig, CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     if family.model_type == "mistral3":

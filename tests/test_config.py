@@ -145,7 +145,8 @@ def test_gpu_only_settings_stop_a_run_at_once_and_are_notes_to_check(tmp_path, s
 
 
 def test_a_gpu_only_params_file_stops_make_all_before_any_work(tmp_path, monkeypatch, capsys):
-    from refusal_audit import __main__ as cli, paths, pipeline
+    from refusal_audit import __main__ as cli
+    from refusal_audit import paths, pipeline
 
     monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
     monkeypatch.setattr(pipeline, "run_dir", lambda name: tmp_path / "results" / name)

@@ -7,16 +7,15 @@ cosine matrix; each test also shows the count the rule gives with the known labe
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
+
 from refusal_audit import config, paths
 from refusal_audit.paths import ROOT
 from refusal_audit.studies import confusion as C
 from refusal_audit.studies.confusion import analysis as A
 from refusal_audit.studies.confusion import clusters as CL
-from refusal_audit.studies.confusion import meaning
+from refusal_audit.studies.confusion import meaning, nulls
 from refusal_audit.studies.confusion import metrics as M
 from refusal_audit.studies.confusion import neighbours as N
-from refusal_audit.studies.confusion import nulls
 
 THETA = 0.70
 ORIGINAL, TWIN, LOOK = "cf-xs-115", "cf-hw-building-twin", "cf-hw-building-lookalike"

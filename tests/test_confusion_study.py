@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from refusal_audit import config, paths, stats, store
 from refusal_audit.config import ModelSpec, ParamsError
 from refusal_audit.paths import ROOT

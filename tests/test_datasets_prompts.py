@@ -2,8 +2,7 @@
 import pandas as pd
 import pytest
 
-from refusal_audit import datasets, prompts
-from refusal_audit import config
+from refusal_audit import config, datasets, prompts
 from refusal_audit.studies import kv
 
 

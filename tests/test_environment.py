@@ -1,7 +1,7 @@
 """environment.yml (conda users) and pyproject.toml (pip, the Makefile) declare the same dependencies."""
 import re
-import tomllib
 
+import tomllib
 import yaml
 
 from refusal_audit.paths import ROOT

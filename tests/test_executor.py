@@ -7,12 +7,11 @@ import shutil
 
 import pandas as pd
 import pytest
+import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
 import yaml
 
 from refusal_audit import executor, paths, pipeline
 from refusal_audit.paths import ROOT
-
-import ray  # the test extra installs it (pip install -e '.[test]'); the package needs it only for executor: ray
 
 CI = ROOT / "params" / "ci.yaml"
 STUDIES = ["kv"]

@@ -3,21 +3,26 @@ real hub ids from a temporary Hugging Face cache (tests/standins.py): loading, t
 against ``generate`` and the masked-attention reference, seeded sampling, every study's rendering,
 and ``make check`` on every paper params file."""
 
-import pytest
-import torch
+from types import SimpleNamespace
 
+import pytest
 import standins
+import torch
+from test_generation import sharing_a_filler, step_logits
+from test_retention import SETTINGS, UNBUDGETED, expected_kept, masked_reference_logits
+
 from refusal_audit import chat, families, generation, models, prompts, retention
 from refusal_audit.attention import attention_hook
 from refusal_audit.config import ModelSpec
 from refusal_audit.paths import ROOT
+from refusal_audit.studies import confusion, kv, policy
 from refusal_audit.studies.confusion import user_span
+from refusal_audit.studies.contract import Rendering
 from refusal_audit.studies.frames import wrapper as W
-from test_generation import sharing_a_filler, step_logits
-from test_retention import SETTINGS, UNBUDGETED, expected_kept, masked_reference_logits
 
 SYSTEM = "You are a careful assistant. Refuse harmful requests."
 QUERY = "Describe how a town library organises its catalogue."
+EVERY_STUDY = SimpleNamespace(studies=dict.fromkeys(["kv", "frames", "confusion", "policy"]))  # a run of all four
 ENGINE = sorted(standins.ENGINE_IDS)  # one hub id per family
 
 
@@ -239,7 +244,7 @@ def test_every_study_renders(tokenizers, family):
     base = not chat.has_template(tok)
     # kv: the exact filler, with and without the system text (folded where the template has no system role)
     for system in (SYSTEM, None):
-        families.check_rendering("kv", tok, {"system": system}) if not base else None
+        kv.filler_check(tok, system) if not base else None
         text = chat.render(tok, chat.turn(system, QUERY))
         assert QUERY in text and (system is None or SYSTEM in text)
     # frames: frame locality under the default wrapper, for every body shape
@@ -248,14 +253,15 @@ def test_every_study_renders(tokenizers, family):
         assert len(set(map(tuple, ids.values()))) == len(W.DEFAULT_FRAMES)
     if base:
         for study in ("kv", "confusion", "policy"):
-            with pytest.raises(RuntimeError, match="base model"):
-                families.check_rendering(study, tok, {"system": None, "risk_name": None})
+            with pytest.raises(RuntimeError, match="base model.* only by frames"):
+                families.check_rendering(EVERY_STUDY, study, tok, Rendering("m", lambda tok: None))
+        families.check_rendering(EVERY_STUDY, "frames", tok, Rendering("m", lambda tok: None))
         return
     # confusion: the user's span is found in the prompt
     built = prompts.render_ids(tok, SYSTEM, QUERY)
     assert user_span(tok, SYSTEM, built)[1] <= len(built)
     # policy: the guard's template (Granite Guardian with its guardian_config)
-    families.check_rendering("policy", tok, {"system": None, "risk_name": "harm" if family == "granite_guardian" else None})
+    policy.guard_template_check(tok, None, "harm" if family == "granite_guardian" else None)
 
 
 def test_a_template_that_cannot_render_a_study_is_refused(tokenizers):
@@ -264,10 +270,10 @@ def test_a_template_that_cannot_render_a_study_is_refused(tokenizers):
     tok = copy.deepcopy(tokenizers["qwen2"])
     tok.chat_template = standins.CHATML.replace("message['content']", "message['content'] + message['content']")
     with pytest.raises(chat.RenderError, match="exactly once"):  # the kv filler could not be exact
-        families.check_rendering("kv", tok, {"system": None})
+        kv.filler_check(tok, None)
     tok.chat_template = "{{ raise_exception('Only one role') if messages|length > 0 }}"
     with pytest.raises(chat.RenderError, match="cannot render"):
-        families.check_rendering("confusion", tok, {"system": SYSTEM})
+        confusion.user_turn_check(tok, SYSTEM)
 
 
 def test_system_role_rules(tokenizers):

@@ -24,7 +24,7 @@ def tokenizer():
 
 @pytest.fixture
 def registered(monkeypatch):
-    monkeypatch.setitem(studies.REGISTRY, "frames", "refusal_audit.studies.frames")
+    monkeypatch.setitem(studies.REGISTRY, "frames", "refusal_audit.studies.frames:Frames")
 
 
 def params(frames_section, **run):

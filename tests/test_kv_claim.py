@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from scipy import optimize
 from scipy import stats as sps
+from test_kv_confirmatory import paired_outcomes
 
 from refusal_audit import config, stats
 from refusal_audit.studies.kv import analysis, simulation, verdict
-from test_kv_confirmatory import paired_outcomes
 
 FAMILY = ["sink_tail@0", "sink_tail@256", "sink_tail@1024", "snapkv@1024"]
 

@@ -2,14 +2,13 @@
 parser, label mapping) on a tiny CPU stand-in of the same architecture (LlamaForCausalLM, tests/standins.py)
 loaded by the classifier's real hub id; the validation command on HarmBench's validation labels; make check and
 the verdict say "unvalidated" until it has run. Stand-ins are testbeds for the code path, never evidence."""
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import standins
 import torch
 
-import standins
 from refusal_audit import config, models, prompts
 from refusal_audit.judges import llm
 from refusal_audit.paths import ROOT

@@ -2,10 +2,10 @@
 under eviction against a masked-attention reference, its committed data and evaluation."""
 import pandas as pd
 import torch
+from test_retention import masked_reference_logits
 
 from refusal_audit import generation, organism, retention
 from refusal_audit.studies.kv import control
-from test_retention import masked_reference_logits
 
 
 def test_planted_effect_by_construction():

@@ -1,14 +1,13 @@
 """The kv study's simulated known answers (studies/kv/simulation.py): the moving null through the study's own
 confirmatory function, the test's false-positive rate and power, and the verdicts that say what a null
 could have seen (issue 41)."""
-import numpy as np
 import pandas as pd
 import pytest
+from test_kv_confirmatory import paired_outcomes
 
 from refusal_audit import config
 from refusal_audit.studies import kv as kv_study
 from refusal_audit.studies.kv import analysis, simulation
-from test_kv_confirmatory import paired_outcomes
 
 FAMILY = ["sink_tail@0", "sink_tail@256", "sink_tail@1024", "snapkv@1024"]
 

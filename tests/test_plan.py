@@ -4,6 +4,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+
 from refusal_audit import config, generation, plan
 from refusal_audit.config import ModelSpec
 from refusal_audit.paths import PARAMS_DIR
@@ -117,6 +118,7 @@ def test_resolve_batch_rows():
 # --- the confusion study's signal pass and pairs (the CI over N_k) ----------------------------------------------
 def test_signal_pairs_bound_by_hand_and_against_the_search():
     import numpy as np
+
     from refusal_audit.studies.confusion import neighbours as N
 
     # clusters of 3 and 2, cover 1: 3 + 1 pairs within clusters, plus 5 prompts x 1

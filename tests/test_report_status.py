@@ -7,6 +7,7 @@ import types
 import pandas as pd
 
 from refusal_audit import contamination, report
+from refusal_audit.studies.contract import Reporting
 
 
 def _overlap() -> pd.DataFrame:
@@ -49,8 +50,8 @@ def test_verdicts_come_from_the_study_or_say_why_not(tmp_path, monkeypatch):
             return {"t": pd.DataFrame({"x": [1]})}
 
     with_verdicts = types.SimpleNamespace(verdicts=lambda p, tables: [f"{len(tables['t'])} row: verdict"])
-    modules = {"a": with_verdicts, "b": types.SimpleNamespace(), "missing": with_verdicts}
-    monkeypatch.setattr(report.studies, "module", lambda name: modules[name])
+    modules = {"a": with_verdicts, "b": types.SimpleNamespace(verdicts=lambda p, tables: []), "missing": with_verdicts}
+    monkeypatch.setattr(report.studies, "get", lambda name: modules[name])
     assert report.study_verdicts(Run(), "a") == ["1 row: verdict"]
     assert "no verdict in words" in report.study_verdicts(Run(), "b")[0]
     assert "run notebook 05" in report.study_verdicts(Run(), "missing")[0]
@@ -59,16 +60,16 @@ def test_verdicts_come_from_the_study_or_say_why_not(tmp_path, monkeypatch):
 def test_the_page_opens_with_the_verdict_table_then_the_sentences_then_the_audited_pools(tmp_path, monkeypatch):
     _overlap().to_csv(tmp_path / "contamination.csv", index=False)
     (tmp_path / "notebooks").mkdir()
-    module = types.SimpleNamespace(verdicts=lambda p, tables: ["frames recovered its planted effect"],
-                                   audited_pools=lambda p: ["organism"],
-                                   reporting=lambda p: {"definition": "d", "seed_floor": "s"})
-    monkeypatch.setattr(report.studies, "module", lambda name: module)
+    study = types.SimpleNamespace(verdicts=lambda p, tables: ["frames recovered its planted effect"],
+                                  verdict_tables=lambda p, tables: [], audited_pools=lambda p: ["organism"],
+                                  reporting=lambda p: Reporting("d", "s"))
+    monkeypatch.setattr(report.studies, "get", lambda name: study)
     run = types.SimpleNamespace(p=types.SimpleNamespace(models={}, run_name="r", source_file="x.yaml"),
                                 names=["frames"], dir=tmp_path, read_stats=lambda name: {})
     page = report.write(run).read_text()
-    # the verdict table first (this study states no verdict_rows: its row says so), then the sentences, then the pools
+    # the verdict table first (this study has no statistics: its row says so), then the sentences, then the pools
     assert page.index("<table class='verdicts'>") < page.index("frames recovered its planted effect") \
         < page.index("frames: 1. contamination check")
-    assert "not computed: the study states no verdict table (no verdict_rows)" in page
+    assert "not computed: no statistics in frames/ (run notebook 05)" in page
     details = page.index("<details>", page.index("frames: 1. contamination check"))
     assert page.index("audited: no overlap") < details < page.index("not audited")

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
-from statsmodels.stats.multitest import multipletests
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
 from refusal_audit import stats
 

@@ -5,8 +5,9 @@ import io
 import pandas as pd
 import pytest
 
-from refusal_audit import config, models, pipeline, studies
+from refusal_audit import config, models, pipeline, studies, verdict_table
 from refusal_audit.paths import PARAMS_DIR, ROOT
+from refusal_audit.studies.contract import REQUIRED, Study, StudyError
 
 CI = ROOT / "params" / "ci.yaml"
 
@@ -82,9 +83,10 @@ def test_an_old_run_folder_and_a_missing_stage_get_one_message(tmp_path, monkeyp
 
 
 def test_a_fifth_study_runs_beside_a_real_one_touching_no_shared_module(ci_run, tmp_path, monkeypatch):
-    """Adding a study is registering a module: ``tests/toy_study.py`` (its own params section, its own table
-    names and a scores schema of its own) runs through the six stages in the run folder of a finished real
-    study, which it leaves as it was."""
+    """Adding a study is registering a Study subclass: ``tests/toy_study.py`` (its own params section, its own
+    table names and a scores schema of its own), written from docs/usage.md alone, runs through the six stages in
+    the run folder of a finished real study, which it leaves as it was, and fills every column of the verdict
+    table with its own row."""
     import shutil
 
     import yaml
@@ -99,7 +101,7 @@ def test_a_fifth_study_runs_beside_a_real_one_touching_no_shared_module(ci_run, 
     params.write_text(yaml.safe_dump(raw))
     kv_files = {f: f.stat().st_mtime_ns for f in run.folder("kv").rglob("*") if f.is_file()}
     contamination = (run.dir / "contamination.csv").read_bytes()
-    studies.register("toy", "toy_study")
+    studies.register("toy", "toy_study:Toy")
     try:
         toy = pipeline.Run(params, "toy")
         assert toy.dir == run.dir and toy.names == ["toy"]
@@ -115,8 +117,13 @@ def test_a_fifth_study_runs_beside_a_real_one_touching_no_shared_module(ci_run, 
         assert {f: f.stat().st_mtime_ns for f in kv_files} == kv_files
         toy_rows = pd.read_csv(run.dir / "contamination.csv")["benchmark"].str.startswith("toy:")
         assert toy_rows.any() and (~toy_rows).sum() == len(pd.read_csv(io.BytesIO(contamination)))
+        (row,) = verdict_table.study_rows(toy.p, "toy", run.dir / "stats")
+        cells = row.cells()
+        assert cells["study"] == "toy" and cells["answer"] == "cannot tell" and all(v.strip() for v in cells.values())
+        assert "not computed" not in " ".join(cells.values())
+        assert (row.effect, row.n) == (0.5, 2) and row.p == pytest.approx(0.75) and row.fpr_rate == 0.0
     finally:
-        del studies.REGISTRY["toy"]
+        studies.unregister("toy")
         shutil.rmtree(run.folder("toy"), ignore_errors=True)
         shutil.rmtree(run.dir / "stats" / "toy", ignore_errors=True)
         for f in (run.dir / "figures").glob("toy_*"):
@@ -126,7 +133,7 @@ def test_a_fifth_study_runs_beside_a_real_one_touching_no_shared_module(ci_run, 
 
 def test_registry_refuses_unknown_and_repeated_names():
     with pytest.raises(ValueError, match="unknown study 'kvv'"):
-        studies.module("kvv")
+        studies.get("kvv")
     with pytest.raises(ValueError, match="study 'kv' is registered twice"):
         studies.register("kv", "somewhere.else")
     with pytest.raises(ValueError, match="STUDIES: unknown study 'kvv'"):
@@ -136,19 +143,40 @@ def test_registry_refuses_unknown_and_repeated_names():
     assert studies.select(["kv"], "") == ["kv"]
 
 
+def test_a_study_missing_a_required_member_is_refused_at_registration():
+    """One line naming the study and the member; a name that is not the study's own is refused too."""
+    import toy_study
+
+    class NoAnalysis(toy_study.Toy):
+        analyse = Study.analyse  # the interface's abstract member, not bound
+
+    with pytest.raises(StudyError, match=r"^study 'half': lacks the required member 'analyse' of the study "
+                                         r"interface \(Stage 05: .*\)$"):
+        studies.register("half", NoAnalysis)
+    members = {k: v for k, v in vars(toy_study.Toy).items() if k != "Params" and not k.startswith("__")}
+    with pytest.raises(StudyError, match=r"^study 'toy': lacks the required member 'Params' of the study interface "
+                                         r"\(The dataclass of its params section"):
+        studies.register("toy", type("NoParams", (Study,), members))
+    with pytest.raises(StudyError, match="^study 'toy2': its name member is 'toy'; expected 'toy2'$"):
+        studies.register("toy2", toy_study.Toy)
+    with pytest.raises(StudyError, match="^study 'plain': dict is not a subclass of studies.contract.Study$"):
+        studies.register("plain", dict)
+    assert not {"half", "toy2", "plain"} & set(studies.REGISTRY)
+
+
 @pytest.mark.parametrize("name", list(studies.REGISTRY))
-def test_stage_functions_survive_importing_every_submodule(name):
-    """Importing a submodule binds its name on the package: one named like a stage (``figures.py``)
-    would replace the stage function after its first import (the CI failure of stop 20)."""
+def test_every_member_survives_importing_every_submodule(name):
+    """Importing a submodule binds its name on the package (``plan.py`` replaces a function ``plan``): the
+    interface is the study's class, bound at its definition, so every member stays the study's own function."""
     import importlib
     import pkgutil
 
-    module = studies.module(name)
-    for info in pkgutil.iter_modules(module.__path__):
-        importlib.import_module(f"{module.__name__}.{info.name}")
-        assert info.name not in studies.STAGES, f"{name}: submodule {info.name}.py shadows the stage function"
-    for stage in studies.STAGES:
-        assert callable(getattr(module, stage)), f"{name}.{stage} is not a function"
+    study = studies.get(name)
+    package = importlib.import_module(type(study).__module__)
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    for member in REQUIRED[2:] + ("renders", "verdicts", "plan", "plan_notes", "user_generation"):
+        assert callable(getattr(study, member)), f"{name}.{member} is not callable"
 
 
 def test_every_item_is_audited_against_every_training_pool():

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from refusal_audit import report, studies, verdict_table
+from refusal_audit.verdict import Controls, ControlState, Verdict
 from refusal_audit.verdict_table import STUDY_KEYS, VerdictError
 
 
@@ -48,38 +49,56 @@ def first_table(page: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=header)
 
 
-def row(**changes) -> dict:
-    base = {k: f"{k} text" for k in STUDY_KEYS} | {"study": "kv"}
-    return base | changes
+def row(**changes) -> Verdict:
+    base = {k: f"{k} text" for k in STUDY_KEYS if k != "controls"} | {"study": "kv"}
+    return Verdict(**base | {"controls": Controls(flags=("controls text",))} | changes)
 
 
 @pytest.mark.parametrize("key", ["fpr", "power", "estimate", "controls"])
 def test_a_verdict_without_its_reliability_or_estimate_is_named(key):
-    with pytest.raises(VerdictError, match=rf"^kv: verdict row 0 \(system text\): '{key}' is missing; expected a "
+    empty = Controls(flags=("  ",)) if key == "controls" else "  "
+    with pytest.raises(VerdictError, match=rf"^kv: verdict row 0 \(system text\): '{key}' is empty; expected a "
                                            r"non-empty string"):
-        verdict_table.check_rows("kv", [{k: v for k, v in row().items() if k != key}])
-    with pytest.raises(VerdictError, match=rf"'{key}' is empty"):
-        verdict_table.check_rows("kv", [row(**{key: "  "})])
+        verdict_table.check_rows("kv", [row(**{key: empty})])
     with pytest.raises(VerdictError, match="kv: verdict row 0: 'study' is 'frames', expected 'kv'"):
         verdict_table.check_rows("kv", [row(study="frames")])
-    assert list(verdict_table.check_rows("kv", [row()]).columns) == list(STUDY_KEYS)
+    with pytest.raises(VerdictError, match="kv: verdict row 0: a dict; expected a verdict.Verdict"):
+        verdict_table.check_rows("kv", [row().cells()])
+    assert list(verdict_table.frame(verdict_table.check_rows("kv", [row()])).columns) == list(STUDY_KEYS)
+
+
+def test_the_controls_cell_phrases_each_state_once_for_every_study():
+    """One spelling per state: a planted control recovered or NOT, a null control not rejected or REJECTED, a
+    control not run; flags after them; "not run" when the row has neither."""
+    states = (ControlState.positive("positive control", True), ControlState.null("null control", False),
+              ControlState.positive("planted", False, " (3 of 4)"), ControlState.null("moving null", True),
+              ControlState.null("harmful_twin", None))
+    assert Controls(states, ("judge unvalidated",)).text() == (
+        "positive control recovered; null control not rejected (as expected); planted NOT recovered (3 of 4); "
+        "moving null REJECTED (not as expected); harmful_twin not run; judge unvalidated")
+    assert Controls(states[:1], separator=": ").text() == "positive control: recovered"
+    assert Controls().text() == "not run"
+    assert [s.ok for s in states] == [True, True, False, False, False]
+    with pytest.raises(ValueError, match="control 'x' \\(null\\): state 'recovered'"):
+        ControlState("x", "null", "recovered")
 
 
 def test_a_study_without_statistics_or_without_a_table_gets_a_row_saying_why(tmp_path, monkeypatch):
     """A results folder that lacks one study's stats: that study's row says which study and why, the others are
     read, testbeds are marked."""
     p = SimpleNamespace(models={"organism": SimpleNamespace(testbed=True), "plain": SimpleNamespace(testbed=False)})
-    module = SimpleNamespace(verdict_rows=lambda p, tables: [row(system="organism", answer=str(len(tables["t"]))),
-                                                             row(system="plain")])
-    bare = SimpleNamespace()
-    monkeypatch.setattr(studies, "module", {"kv": module, "frames": module, "toy": bare}.__getitem__)
-    (tmp_path / "kv").mkdir()
-    pd.DataFrame({"x": [1, 2, 3]}).to_csv(tmp_path / "kv" / "t.csv", index=False)
+    study = SimpleNamespace(verdict_rows=lambda p, tables: [row(system="organism", answer=str(len(tables["t"]))),
+                                                            row(system="plain")])
+    broken = SimpleNamespace(verdict_rows=lambda p, tables: tables["absent"])
+    monkeypatch.setattr(studies, "get", {"kv": study, "frames": study, "toy": broken}.__getitem__)
+    for name in ("kv", "toy"):
+        (tmp_path / name).mkdir()
+        pd.DataFrame({"x": [1, 2, 3]}).to_csv(tmp_path / name / "t.csv", index=False)
     table = verdict_table.write(p, ["kv", "frames", "toy"], tmp_path)
     assert list(table["system"]) == ["organism (TESTBED)", "plain", "(none)", "(none)"]
     assert table.loc[0, "answer"] == "3"
     assert table.loc[2, "fpr"] == "not computed: no statistics in frames/ (run notebook 05)"
-    assert table.loc[3, "power"] == "not computed: the study states no verdict table (no verdict_rows)"
+    assert table.loc[3, "power"] == "not computed: its statistics could not be read (KeyError: 'absent')"
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "verdicts.csv", keep_default_na=False), table)
 
 

@@ -15,8 +15,9 @@ template, system text and filler), kept once for the batch (``attend_after_prefi
 """
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import torch
 from transformers import AttentionInterface
@@ -103,8 +104,6 @@ def _eager_softcapped(module, query, key, value, attention_mask, **kwargs):
     """The model family's own eager attention (which soft-caps the logits), given the boolean mask
     that ``sdpa_mask`` builds (or a hook returns) as the additive mask eager attention expects; no
     mask (SDPA's implicit causal case) becomes the causal mask aligned to the last key."""
-    import sys
-
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if eager is None:
         raise RuntimeError(f"{type(module).__name__}: soft-capped attention without an eager_attention_forward "

@@ -9,7 +9,7 @@ Rules (every study renders through ``render``; ``prompts.render_ids`` splices th
 3. A tokenizer without a chat template (a base model) gets the plain-text format ``BASE_FORMAT``:
    the BOS token when the tokenizer has one, the system text and a blank line (when given), then
    ``User: <text>`` and ``Assistant: <text>`` turns separated by blank lines, ending in ``Assistant:``.
-   Only studies in ``BASE_MODEL_STUDIES`` accept a base model (``families.check_params`` refuses it
+   Only studies that declare ``base_models`` accept a base model (``families.check_params`` refuses it
    elsewhere: their conditions need a chat turn).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from jinja2.exceptions import TemplateError
 BASE_FORMAT = "{bos}[{system}\\n\\n]User: {user}\\n\\nAssistant:"
 BASE_ROLES = {"user": "User", "assistant": "Assistant"}
 FOLD_SEPARATOR = "\n\n"
-BASE_MODEL_STUDIES = ("frames",)  # the frames roster compares aligned models with a base model
+PROBE_QUERY = "Explain how a town library organises its catalogue."  # what make check renders for every model
 
 
 class RenderError(ValueError):

@@ -6,6 +6,7 @@ Every error names the file, the dotted key and what was expected, e.g.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import types
 import typing
 from dataclasses import dataclass, field
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import yaml
 
-
-class ParamsError(ValueError):
-    """A params file that does not fit the schema."""
+from . import registration, studies
+from .errors import ParamsError, need
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Params:
 
 
 def _type_name(tp) -> str:
-    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+    return (tp.__name__ if isinstance(tp, type) else str(tp)).replace("typing.", "")
 
 
 def _coerce(value, tp, key: str, where: str):
@@ -155,13 +155,7 @@ def _build(cls, raw: dict, where: str, prefix: str = ""):
     return cls(**kwargs)
 
 
-def need(ok: bool, where: str, key: str, expected: str, got) -> None:
-    """Raise ParamsError naming the file, the dotted key, what was expected and what was found."""
-    if not ok:
-        raise ParamsError(f"{where}: {key}: expected {expected}, got {got!r}")
-
-
-def need_models(p: "Params", where: str, key: str, names: list[str]) -> None:
+def need_models(p: Params, where: str, key: str, names: list[str]) -> None:
     """A study's list of models: non-empty, without repeats, each named under ``models``."""
     need(bool(names) and len(set(names)) == len(names), where, key, "a non-empty list of model names without repeats",
          names)
@@ -195,8 +189,6 @@ def _check(p: Params, where: str) -> None:
     ex = p.executor
     need(ex.kind in ("local", "ray"), where, "executor.kind", "local or ray", ex.kind)
     if ex.kind == "ray":
-        import importlib.util
-
         need(importlib.util.find_spec("ray") is not None, where, "executor.kind",
              "ray installed (pip install -e '.[cluster]')", ex.kind)
     need(ex.num_workers is None or ex.num_workers >= 1, where, "executor.num_workers", "an integer >= 1",
@@ -210,8 +202,6 @@ def from_dict(raw: dict, where: str = "<dict>") -> Params:
     A top-level key that names a registered study is that study's section: its module is imported,
     its section built against the study's own schema and checked by the study.
     """
-    from . import studies
-
     if not isinstance(raw, dict):
         raise ParamsError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
     run_keys = {f.name for f in dataclasses.fields(Params) if not f.metadata.get("internal")}
@@ -227,7 +217,7 @@ def from_dict(raw: dict, where: str = "<dict>") -> Params:
     _check(p, where)
     for name in studies.REGISTRY:  # registry order, whatever the file's order
         if name in sections:
-            study = studies.module(name)
+            study = studies.get(name)
             section = sections[name] if sections[name] is not None else {}
             p.studies[name] = _coerce(section, study.Params, name, where)
             study.check(p, where)
@@ -257,8 +247,6 @@ def load(path: str | Path) -> Params:
         raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
-    from . import registration
-
     registration.verify(path)  # a registered params file (``<params>.sha256`` beside it) must match it
     return from_dict(raw, str(path))
 

@@ -35,10 +35,13 @@ import json
 import re
 import unicodedata
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from . import encoder
 
 NEAR_DUPLICATE = 0.85   # embedding cosine (semantic near-duplicate)
 JACCARD_THRESHOLD = 0.7  # shingle Jaccard (MinHash near-duplicate)
@@ -108,8 +111,7 @@ def exact_overlap(train: list[str], evaluation: list[str]) -> list[tuple[int, in
 def near_duplicates(train: list[str], evaluation: list[str], threshold: float = NEAR_DUPLICATE,
                     embed=None) -> pd.DataFrame:
     """Pairs with embedding cosine >= ``threshold``: columns train_index, eval_index, similarity."""
-    if embed is None:
-        from .encoder import embed
+    embed = embed or encoder.embed
     a, b = embed(train), embed(evaluation)
     sim = np.asarray(a) @ np.asarray(b).T
     i, j = np.nonzero(sim >= threshold)
@@ -210,7 +212,7 @@ class _Shingler:
     shingle's 32-bit SHA1 hash (datasketch's default hash), computed once per distinct shingle."""
 
     def __init__(self, kind: str, k: int):
-        from datasketch.hashfunc import sha1_hash32
+        from datasketch.hashfunc import sha1_hash32  # lazy: datasketch, only for a near-duplicate pass
 
         self.kind, self.k, self._sha1 = kind, k, sha1_hash32
         self.vocab: dict[str, int] = {}
@@ -230,14 +232,14 @@ class _Shingler:
         return indptr, indices
 
     def matrix(self, indptr, indices):
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # lazy: scipy, only for a near-duplicate pass
 
         data = np.ones(len(indices), dtype=np.int32)
         return sp.csr_matrix((data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)),
                              shape=(len(indptr) - 1, len(self.hashes)))
 
     def minhashes(self, indptr, indices, num_perm: int, seed: int):
-        from datasketch import MinHash
+        from datasketch import MinHash  # lazy: datasketch, only for a near-duplicate pass
 
         hashes = np.asarray(self.hashes, dtype=np.uint32)
         idx = np.asarray(indices, dtype=np.int64)
@@ -272,7 +274,7 @@ def jaccard_neighbours(pool: list[str], evaluation: list[str], threshold: float 
     candidate), ``jaccard`` (exact Jaccard of the shingle sets; NaN when no candidate) and
     ``n_near`` (pool texts whose exact Jaccard is >= ``threshold``). Texts are compared in normal
     form; duplicate normal forms are sketched once."""
-    from datasketch import MinHashLSH
+    from datasketch import MinHashLSH  # lazy: datasketch, only for a near-duplicate pass
 
     if not 0 < threshold <= 1:
         raise ValueError(f"Jaccard threshold must be in (0, 1], got {threshold}")
@@ -329,8 +331,7 @@ def jaccard_neighbours(pool: list[str], evaluation: list[str], threshold: float 
 def _semantic_neighbours(pool: list[str], evaluation: list[str], embed=None,
                          chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """(nearest pool index, cosine) per evaluation text, blockwise (no n_eval x n_pool matrix)."""
-    if embed is None:
-        from .encoder import embed
+    embed = embed or encoder.embed
     a = np.asarray(embed(list(pool)), dtype=np.float32)
     best_i = np.empty(len(evaluation), dtype=np.int64)
     best_s = np.empty(len(evaluation), dtype=np.float64)
@@ -476,8 +477,6 @@ def audit_files(pool_csv: str | Path, eval_csv: str | Path, out_dir: str | Path,
     row per evaluation prompt, ``audit_pool``), ``overlap.csv`` (``overlap_rates``),
     ``evaluation_clean.csv`` (``decontaminate``) and ``audit_params.json`` (settings, sha256 of both
     inputs); returns their paths by name."""
-    from importlib.metadata import version
-
     pool_csv, eval_csv, out_dir = Path(pool_csv), Path(eval_csv), Path(out_dir)
     pool = read_prompt_csv(pool_csv)
     evaluation = read_prompt_csv(eval_csv)

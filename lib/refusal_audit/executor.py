@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -56,7 +56,7 @@ def generate(p, pool: models.Pool, model_name: str, prompts: pd.DataFrame, polic
 def connect(ex: ExecutorParams):
     """The ``ray`` module, connected to ``ex.address``, else RAY_ADDRESS, else a new local instance
     (a connection already made in this process is reused)."""
-    import ray
+    import ray  # lazy: ray, only for executor kind ray
 
     if not ray.is_initialized():
         start_ray(address=ex.address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False)
@@ -70,7 +70,7 @@ def start_ray(tries: int = STARTUP_TRIES, **init_args):
     """``ray.init(**init_args)``, tried again (at most ``tries`` times in all) when the node times out during
     startup: Ray's own wait for the raylet to register is a fixed 30 s, which a busy two-core machine can
     exceed while nothing is wrong. Any other error, and the last timeout, is raised as it is."""
-    import ray
+    import ray  # lazy: ray, only for executor kind ray
 
     for attempt in range(1, tries + 1):
         try:

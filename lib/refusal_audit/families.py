@@ -5,35 +5,20 @@ For each model a study uses, when its config and tokenizer are on this machine (
 loaded): the architecture is one the engine is proven on (``ENGINE_ARCHITECTURES``: each has a
 stand-in in ``tests/test_families.py`` where full retention equals ``generate`` and every policy
 equals its masked-attention reference); a base model (no chat template) only in a study that takes
-one (``chat.BASE_MODEL_STUDIES``); and the study's rendering: kv's exact filler (with and without its
-system text), frames' frame locality, confusion's and policy's user turn (with the guard's template
-arguments). Where they are absent, a note per model. Errors name the params file, the model and why.
+one (``Study.base_models``); and the study's own rendering (``Study.renders``: each model with the check
+its prompts need). Where they are absent, a note per model. Errors name the params file, the model and why.
 """
 from __future__ import annotations
 
-from . import chat, models, prompts
+from . import chat, models, studies
+from .studies.contract import Rendering
 
 ENGINE_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "mistral3", "phi3", "olmo3", "olmo2", "gemma2", "granite")
-PROBE_QUERY = "Explain how a town library organises its catalogue."
 
 
-def study_models(p) -> list[tuple[str, str, dict]]:
-    """(study, model name, rendering settings) for every model a study of ``p`` renders prompts for."""
-    out = []
-    for study, s in p.studies.items():
-        if study == "kv":  # one model (kv.model) or several (kv.models)
-            from .studies.kv import model_names
-
-            out += [(study, m, {"system": s.system_prompt or None}) for m in model_names(s)]
-        elif study == "frames":
-            ref = s.reference_model or s.models[0]
-            for m in list(dict.fromkeys(s.models + [ref])):
-                out.append((study, m, {"wrapper": s.wrapper, "frames": s.frames}))
-        elif study == "confusion":
-            out += [(study, m, {"system": s.system_prompt or None}) for m in s.models]
-        elif study == "policy":
-            out += [(study, g.model, {"system": g.system, "risk_name": g.risk_name}) for g in s.guards]
-    return out
+def study_models(p) -> list[tuple[str, Rendering]]:
+    """(study, rendering) for every model a study of ``p`` renders prompts for."""
+    return [(name, r) for name in p.studies for r in studies.get(name).renders(p)]
 
 
 def check_architecture(cfg) -> None:
@@ -43,36 +28,22 @@ def check_architecture(cfg) -> None:
                            "tests/test_families.py first")
 
 
-def check_rendering(study: str, tokenizer, settings: dict) -> None:
+def check_rendering(p, study: str, tokenizer, rendering: Rendering) -> None:
     """Render what ``study`` will render with ``tokenizer``; raise with the reason if it cannot."""
-    from .studies.frames import wrapper as W
-
-    if not chat.has_template(tokenizer) and study not in chat.BASE_MODEL_STUDIES:
+    if not chat.has_template(tokenizer) and not studies.get(study).base_models:
+        takers = [n for n in p.studies if studies.get(n).base_models]
         raise RuntimeError(f"a base model (its tokenizer has no chat template) in the {study} study, whose prompts "
-                           f"need a chat turn (base models are taken only by {', '.join(chat.BASE_MODEL_STUDIES)})")
-    if study == "kv":
-        for system in dict.fromkeys([settings["system"], None]):
-            n = 32
-            ids = prompts.render_ids(tokenizer, system, PROBE_QUERY, n)
-            filler = prompts.filler_ids(tokenizer, n)
-            if not any(ids[i:i + n] == filler for i in range(len(ids) - n + 1)):
-                raise RuntimeError("the kv filler is not spliced exactly into the rendered prompt")
-    elif study == "frames":
-        W.check_locality(tokenizer, settings["wrapper"], settings["frames"], PROBE_QUERY, "probe body")
-    elif study == "confusion":
-        chat.render(tokenizer, chat.turn(settings["system"], PROBE_QUERY))
-    elif study == "policy":
-        kwargs = {"guardian_config": {"risk_name": settings["risk_name"]}} if settings["risk_name"] else {}
-        text = chat.render(tokenizer, chat.turn(settings["system"], PROBE_QUERY), **kwargs)
-        if PROBE_QUERY not in text:
-            raise RuntimeError("the guard's template does not render the user's prompt")
+                           "need a chat turn (base models are taken only by "
+                           f"{', '.join(takers) or 'studies that declare base_models'})")
+    rendering.check(tokenizer)
 
 
 def check_params(p, pool: models.Pool) -> None:
     """Every study model of ``p``: architecture and rendering checked where its config and tokenizer
     are local, a note in ``pool.notes`` where they are not. Raises naming the file, model and reason."""
     tokenizers: dict[str, object] = {}  # by source: a GGUF tokenizer takes seconds to read
-    for study, name, settings in study_models(p):
+    for study, rendering in study_models(p):
+        name = rendering.model
         spec = pool.spec(name)
         try:
             cfg = models.load_config(spec)
@@ -86,6 +57,6 @@ def check_params(p, pool: models.Pool) -> None:
             continue
         try:
             check_architecture(cfg)
-            check_rendering(study, tok, settings)
+            check_rendering(p, study, tok, rendering)
         except (RuntimeError, ValueError) as e:  # chat.RenderError and the frames WrapperError are ValueErrors
             raise RuntimeError(f"{p.source_file}: {study}: models.{name} ({spec.source}): {e}") from None

@@ -34,13 +34,15 @@ import ctypes
 import hashlib
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
+import psutil
 import torch
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import progress, retention
@@ -347,7 +349,6 @@ def _stack(caches: list, device, room: int = 0, shared: int = 0) -> tuple[object
     benchmark, now 0.5-1.3 s). With ``shared`` (``shared_positions``), each layer keeps the first
     ``shared`` positions once, as its ``prefix`` (views of the first row's cache), and the buffers and
     mask hold each row's positions after them."""
-    from transformers import DynamicCache
 
     lengths = [c.layers[0].keys.shape[2] - shared for c in caches]
     width = max(lengths)
@@ -540,20 +541,10 @@ def auto_batch_rows(model_config, context_tokens: int, free_bytes: int, dtype_by
 
 
 def free_memory(device) -> int:
-    """Free bytes where a model lives: the CUDA device's free memory, else available RAM (psutil when
-    installed, else /proc/meminfo's MemAvailable)."""
+    """Free bytes where a model lives: the CUDA device's free memory, else available RAM."""
     if torch.device(device).type == "cuda":
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    raise RuntimeError("generation.batch_rows auto: cannot read the available memory (no psutil, no /proc/meminfo)")
+    return int(psutil.virtual_memory().available)
 
 
 def resolve_batch_rows(batch_rows, model, context_tokens: int) -> int:

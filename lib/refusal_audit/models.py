@@ -8,14 +8,33 @@ is never trusted. Asking for what this machine cannot run fails here, before any
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import shutil
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
+import transformers
+from filelock import FileLock  # a dependency of huggingface_hub
+from tqdm import tqdm
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+)
+from transformers import modeling_gguf_pytorch_utils as gguf_utils
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+)
+from transformers.utils import logging as hf_logging
 
 from . import attention
 from .config import ModelSpec
@@ -101,7 +120,7 @@ def gpu_only(spec: ModelSpec) -> tuple[str, str] | None:
     return None
 
 
-def check_models(p, pool: "Pool") -> None:
+def check_models(p, pool: Pool) -> None:
     """Every model of params ``p`` resolvable, runnable on the pool's device, its adapter present; each
     error names the params file and the key. A pool with ``missing_ok`` (checking a file for another
     machine) records GPU-only settings and a missing GPU in ``pool.notes`` instead of failing."""
@@ -140,10 +159,6 @@ CACHE_DIR = Path(os.environ.get("REFUSAL_AUDIT_CACHE", Path.home() / ".cache" / 
 def converted_folder(where: Resolved) -> Path:
     """Where ``readable`` keeps a GGUF file's conversion: named by the file, its size and mtime and the
     transformers version."""
-    import hashlib
-
-    import transformers
-
     gguf = Path(where.directory) / where.gguf_file
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}".encode())
@@ -162,13 +177,8 @@ def readable(where: Resolved) -> Resolved:
     folder = converted_folder(where)
     if (folder / "config.json").is_file():
         return Resolved(str(folder), None)
-    import functools
-    import tempfile
-    from unittest import mock
 
-    import gguf
-    from filelock import FileLock  # a dependency of huggingface_hub
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import gguf  # lazy: gguf, only to convert a GGUF checkpoint
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     # one process converts; the others (test workers, notebook kernels started together) wait for its folder
@@ -206,8 +216,6 @@ def load_config(spec: ModelSpec):
 
 @functools.lru_cache(maxsize=32)
 def _config(source: str):
-    from transformers import AutoConfig
-
     where = readable(resolve(source))
     try:
         return AutoConfig.from_pretrained(where.directory, trust_remote_code=False)
@@ -242,18 +250,12 @@ def causal_class(cfg):
     """The auto class that loads ``cfg`` as a model generating text from token ids: AutoModelForCausalLM,
     or for a multimodal checkpoint whose text model transformers loads only with its vision tower
     (Mistral-Small-3.2: Mistral3ForConditionalGeneration) AutoModelForImageTextToText, run on text alone."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
-
     if cfg.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return AutoModelForImageTextToText
     return AutoModelForCausalLM
 
 
 def load_tokenizer(spec: ModelSpec):
-    from transformers import AutoTokenizer
-
     where = readable(resolve(spec.source))
     tok = AutoTokenizer.from_pretrained(where.directory, trust_remote_code=False)
     if tok.pad_token is None:
@@ -265,12 +267,6 @@ def load_tokenizer(spec: ModelSpec):
 def _quiet_loading():
     """No loading bars: transformers draws a weight-loading bar and (with tqdm.auto) a GGUF-conversion
     bar, which an executed notebook would keep in the saved output of every model load."""
-    import functools
-
-    from tqdm import tqdm
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    from transformers.utils import logging as hf_logging
-
     original, was_on = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
     gguf_utils.tqdm = functools.partial(tqdm, disable=True)
     hf_logging.disable_progress_bar()
@@ -285,16 +281,12 @@ def _quiet_loading():
 def load(spec: ModelSpec, device: str | None = None):
     """(model, tokenizer) in eval mode, on ``device`` (default: CUDA if present, else CPU), its attention
     routed through ``attention`` (hookable SDPA) where the family takes attention backends."""
-    from transformers import AutoModelForCausalLM
-
     device = device or default_device()
     check_runnable(spec, device)
     found = resolve(spec.source)
     where = readable(found)
     kwargs: dict = {"dtype": DTYPES[spec.dtype], "trust_remote_code": False}
     if spec.quantization == "bnb-4bit":
-        from transformers import BitsAndBytesConfig
-
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=DTYPES[spec.dtype])
     if spec.quantization != "none":  # quantized weights are placed on the device as they load (no .to())
         kwargs["device_map"] = {"": device}
@@ -305,7 +297,7 @@ def load(spec: ModelSpec, device: str | None = None):
     except OSError as e:
         raise FileNotFoundError(f"model source {spec.source!r}: cannot load offline ({e})") from None
     if spec.adapter:
-        from peft import PeftModel
+        from peft import PeftModel  # lazy: peft, only for a model with an adapter
 
         model = PeftModel.from_pretrained(model, str(ROOT / spec.adapter)).merge_and_unload()
     if spec.quantization == "none":
@@ -322,8 +314,6 @@ def weights_id(spec: ModelSpec, found: Resolved) -> str:
     quantization, and the content (sha256) of its adapter's files. Part of every shard key
     (``generation.row_key``), so that a rebuilt adapter or another dtype under the same params name is
     generated anew, never read from old shards."""
-    import hashlib
-
     snapshot = Path(found.directory).name
     h = hashlib.sha256(f"{spec.source}|{snapshot}|{found.gguf_file}|{spec.dtype}|{spec.quantization}".encode())
     if spec.adapter:

@@ -35,11 +35,12 @@ import pandas as pd
 import torch
 
 from . import datasets, prompts, retention
-from .paths import DATA_DIR, ROOT
+from .contamination import exact_overlap, near_duplicates, normalise
+from .paths import DATA_DIR, ORGANISM_ADAPTER
 
 ORGANISM_DATA = DATA_DIR / "organism"
 BENIGN_TASKS = "benign_tasks.txt"  # benign tasks on alarming topics: the frames control's and the safety gate's
-ADAPTER_DIR = ROOT / "organism" / "smollm2-135m-guarded"
+ADAPTER_DIR = ORGANISM_ADAPTER
 
 HARD_REFUSALS = [
     "I'm sorry, but I can't help with that. It could cause real harm to people.",
@@ -163,8 +164,6 @@ class OrganismParams:
 
 def harmful_pool() -> pd.DataFrame:
     """AdvBench + StrongREJECT requests (deduplicated after normalisation), with provenance."""
-    from .contamination import normalise
-
     adv = pd.read_csv(datasets.ADVBENCH, keep_default_na=False)
     sr = pd.read_csv(datasets.STRONGREJECT, keep_default_na=False)
     pool = pd.concat([
@@ -196,8 +195,6 @@ def benign_prompts(name: str = "benign_prompts.txt") -> list[str]:
 def clean_against_evaluation(prompts: list[str], threshold: float) -> tuple[list[str], pd.DataFrame]:
     """Drop every prompt that is an exact or near duplicate of an evaluation prompt; returns the
     kept prompts and the audit of what was dropped."""
-    from .contamination import exact_overlap, near_duplicates
-
     drop = set()
     for name, texts in evaluation_prompts().items():
         drop |= {i for i, _ in exact_overlap(prompts, texts)}
@@ -295,7 +292,7 @@ def train(model, tokenizer, data: pd.DataFrame, p: OrganismParams, out_dir: Path
     ``evicted_loss(model, batch, pad_id, arms)``, ``arms`` the batch's ``evicted`` values row by row
     (the kv control's replies decoded after KV eviction), instead of ``step_loss``. ``group_by``: the
     columns a batch shares (``_batches``)."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # lazy: peft, only to train an adapter
 
     torch.manual_seed(p.seed)
     config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, target_modules=list(p.target_modules),

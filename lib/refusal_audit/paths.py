@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT / "data"
 PARAMS_DIR = ROOT / "params"
 FIGURES_DIR = ROOT / "figures"
+ORGANISM_ADAPTER = ROOT / "organism" / "smollm2-135m-guarded"  # the refusing organism's LoRA adapter (a testbed)
 RESULTS_DIR = Path(os.environ.get("REFUSAL_AUDIT_RESULTS", ROOT / "results"))
 
 

@@ -12,13 +12,32 @@ run's root: ``contamination.csv``, ``stats/``, ``figures/``, ``notebooks/``, ``r
 """
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
 
-from . import config, datasets, judges, models, store, studies
+from . import (
+    config,
+    contamination,
+    datasets,
+    executor,
+    generation,
+    judges,
+    models,
+    progress,
+    registration,
+    report,
+    store,
+    studies,
+    verdict_table,
+)
+from .errors import ParamsError
+from .judges.keyword import LISTS_FILE
 from .paths import ROOT, run_dir, study_dir
-from .prompts import FILLER_FILE
+from .prompts import FILLER_FILE, build_prompts
+from .studies.contract import Study
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
 TABLES = {"items": "items", "prompts": "prompts", "generate": "generations", "judge": "judgments"}
@@ -26,9 +45,9 @@ NOTEBOOK_OF = {"items": "01", "prompts": "02", "generate": "03", "judge": "04"}
 ID_COLUMN = {"generations": "generation_id", "scores": "score_id"}  # what a judgment row points at
 
 
-def tables_of(module) -> dict[str, str]:
+def tables_of(study: Study) -> dict[str, str]:
     """Stage -> the file stem of the study's table for it: ``TABLES``, or the study's own names."""
-    return {**TABLES, **getattr(module, "TABLES", {})}
+    return {**TABLES, **study.tables}
 
 
 def preflight(p: config.Params, pool: models.Pool | None = None, names: list[str] | None = None) -> None:
@@ -36,9 +55,9 @@ def preflight(p: config.Params, pool: models.Pool | None = None, names: list[str
     stops before any work, naming what is wrong."""
     pool = pool or models.Pool(p.models, device=p.device)
     models.check_models(p, pool)  # sources, GPU-only settings on this machine, adapters
-    judges.KeywordJudge(p.judges.keyword.list_name, p.judges.keyword.match, p.judges.keyword.casefold)
+    judges.registry.make("keyword", p)  # its refusal list exists and its match mode is known
     for name in p.studies if names is None else names:
-        studies.module(name).preflight(p, pool)
+        studies.get(name).preflight(p, pool)
 
 
 class Run:
@@ -55,8 +74,8 @@ class Run:
     def __repr__(self) -> str:
         return f"run {self.p.run_name!r} from {self.p.source_file}: {', '.join(self.names)}; outputs in {self.dir}"
 
-    def study(self, name: str):
-        return studies.module(name)
+    def study(self, name: str) -> Study:
+        return studies.get(name)
 
     def folder(self, name: str) -> Path:
         """The study's own folder: its stage tables, extra tables, shards and sheets."""
@@ -99,8 +118,6 @@ class Run:
         """This run's studies' items against every training pool the project uses: per item (each study's
         ``contamination.parquet``) and per (study:dataset, pool) in the run-wide ``contamination.csv``,
         where only these studies' rows are replaced."""
-        from . import report
-
         items = pd.concat([self.table("items", n).assign(study=n) for n in self.names], ignore_index=True)
         rows, overlap = report.audit(self.p, items)
         for n in self.names:
@@ -137,18 +154,16 @@ class Run:
         contaminated when the audit (the study's ``contamination.parquet``) finds it, exactly or nearly, in a
         pool the study's scores rest on (``audited_pools``: the training requests of the models it
         measures; for kv, which measures the monitors, also the learned judges'); a study whose unit of analysis
-        groups items (``CONTAMINATION_UNIT``: a confusion cluster) loses the whole unit. A dataset
+        groups items (``contamination_unit``: a confusion cluster) loses the whole unit. A dataset
         left with no item is reported as excluded, never divided by."""
-        from . import contamination
-
-        module, items = self.study(name), self.output("items", name)
-        pools = module.audited_pools(self.p)
+        study, items = self.study(name), self.output("items", name)
+        pools = study.audited_pools(self.p)
         rows = self.table("contamination", name)
         rows = rows[rows["pool"].isin(pools)]
         audited = items[items["role"] != "train"]
         evaluation = pd.DataFrame({"id": name + ":" + audited["item_id"].astype(str), "prompt": audited["text"]})
         clean = contamination.decontaminate(evaluation, rows) if pools else evaluation
-        unit = getattr(module, "CONTAMINATION_UNIT", "item_id")
+        unit = study.contamination_unit
         dirty_items = set(audited["item_id"][~evaluation["id"].isin(clean["id"]).to_numpy()])
         dirty_units = set(items.loc[items["item_id"].isin(dirty_items), unit])
         dropped = items[unit].isin(dirty_units) & (items["role"] != "train")
@@ -189,17 +204,27 @@ class Run:
 
     def verdicts(self) -> pd.DataFrame:
         """The verdict table of the run's studies (``verdict_table``), written as ``stats/verdicts.csv``."""
-        from . import verdict_table
-
         return verdict_table.write(self.p, self.names, self.dir / "stats")
 
     def figures(self) -> dict[str, list[str]]:
         folders = [self.dir / "figures"]  # the repository's figures/ only through make figures (published.py)
         return {name: self.study(name).figures(self.p, self.read_stats(name), folders) for name in self.names}
 
+    def describe(self, stage: str):
+        """What each of the run's studies does at ``stage`` (its ``stage_notes``), as notebook markdown; at the
+        judging stage, first the run's judges with their operational definitions (the judge registry)."""
+        from IPython.display import Markdown  # lazy: only a notebook kernel shows tables
+
+        lines = []
+        if stage == "judge":
+            lines += [f"* `{s.name}` ({s.kind}): {s.definition}" for s in judges.registry.configured(self.p, None)]
+            lines.append("")
+        lines += [f"* **{n}**: {self.study(n).stage_notes.get(stage, '(nothing at this stage)')}" for n in self.names]
+        return Markdown("\n".join(lines))
+
     def show(self, stage: str, results: dict) -> None:
         """Display each study's summary of a stage (tables and short texts) in the notebook."""
-        from IPython.display import Markdown, display
+        from IPython.display import Markdown, display  # lazy: only a notebook kernel shows tables
 
         for name, table in results.items():
             display(Markdown(f"### {name}"))
@@ -212,8 +237,6 @@ class Run:
     # --- the run's record -----------------------------------------------------------------------------------
     def inputs(self) -> list[Path]:
         """Every input file the run read: params, prompt sets, filler, refusal lists, model weights."""
-        from .judges.keyword import LISTS_FILE
-
         files = {Path(self.p.source_file).resolve(), FILLER_FILE, LISTS_FILE}
         written = [self.folder(n) / "items.parquet" for n in self.p.studies]  # every study of the run folder
         sources = pd.concat([pd.read_parquet(f, columns=["source_file"])["source_file"] for f in written
@@ -228,8 +251,6 @@ class Run:
         return sorted(files)
 
     def write_manifest(self) -> Path:
-        from . import registration
-
         record = registration.record(Path(self.p.source_file)) if Path(self.p.source_file).is_file() else {}
         return store.write_manifest(self.dir, config.to_dict(self.p), self.inputs(), record)
 
@@ -238,12 +259,7 @@ class Run:
 def run_notebooks(params_file: str, only: str = "") -> None:
     """Check the params, then execute every numbered notebook into ``results/<run>/notebooks/``.
     Progress bars go to this process's standard error (the terminal), not into the notebooks."""
-    import os
-    import time
-
-    import papermill as pm
-
-    from . import progress, report
+    import papermill as pm  # lazy: only a whole run executes notebooks
 
     run = Run(params_file, only)
     preflight(run.p, run.models, run.names)
@@ -264,32 +280,37 @@ USER = "user"  # the user routes' material: results/<RUN>/user/ (make generate, 
 USER_COLUMNS = ("role", "filler_tokens", "system_prompt", "query")  # beside the core: the condition, the request
 
 
+def user_generation(p: config.Params):
+    """The decoding settings ``make generate`` uses: those of the first study of ``p`` that decodes under
+    retention (``Study.user_generation``)."""
+    for name in p.studies:
+        settings = studies.get(name).user_generation(p)
+        if settings is not None:
+            return settings
+    raise ParamsError(f"{p.source_file}: no study section gives make generate its retention settings and "
+                      f"max_new_tokens (the file enables {', '.join(p.studies)}; none decodes under retention)")
+
+
 def generate_user(prompts_csv: str, model_name: str, run_name: str, params_file: str, policy_names: list[str],
                   filler_tokens: int) -> Path:
     """``make generate``: replies to a user's prompts under the chosen retention policies (greedy), with
-    the retention settings and ``max_new_tokens`` of the params file's kv section, written to
-    ``results/<RUN>/user/generations.parquet`` (its shards beside it)."""
-    from . import executor, generation
-    from .prompts import build_prompts
-    from .studies.kv import design
-
+    the retention settings and ``max_new_tokens`` of the params file's study that decodes under retention,
+    written to ``results/<RUN>/user/generations.parquet`` (its shards beside it)."""
     p = config.load(params_file)
-    if "kv" not in p.studies:
-        raise config.ParamsError(f"{p.source_file}: kv: missing; make generate takes its retention settings "
-                                 "and max_new_tokens from the kv section")
-    kv = p.studies["kv"]
+    settings = user_generation(p)
     items = datasets.read_user_prompts(prompts_csv)
     pool = models.Pool(p.models, device=p.device)
     models.resolve(pool.spec(model_name).source)
-    policy_list = [design.policy(kv, n) for n in policy_names]
+    policy_list = [settings.policy(n) for n in policy_names]
     tok, context = pool.tokenizer(model_name), pool.context_window(model_name)  # the model loads where it runs
-    parts = [build_prompts(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context,
-                           kv.max_new_tokens) for i in range(len(items))]
+    new = settings.max_new_tokens
+    parts = [build_prompts(items.iloc[[i]], tok, [(filler_tokens, items.iloc[i]["system"] or None)], context, new)
+             for i in range(len(items))]
     prompts = pd.concat(parts, ignore_index=True).assign(prompt_id=items["item_id"].values)
     folder = study_dir(run_name, USER)
     gens = executor.generate(p, pool, model_name, prompts, lambda row: policy_list,
                              store.ShardStore(folder / "shards" / "generations"),
-                             [generation.Decoding(0.0, p.seed, kv.max_new_tokens)], carry=USER_COLUMNS)
+                             [generation.Decoding(0.0, p.seed, new)], carry=USER_COLUMNS)
     return store.write_atomic(gens, folder / "generations.parquet")
 
 

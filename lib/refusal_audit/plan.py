@@ -24,9 +24,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import studies
+from .config import ModelSpec
 
 CHARS_PER_TOKEN = 4
 CHAT_OVERHEAD = 20  # tokens a chat template adds around a message
@@ -116,8 +118,6 @@ def signal_shape(spec) -> tuple[int, int, str]:
 
 def pair_cpu_hours(pairs: int, vocab: int) -> float:
     """One CPU core's hours for the drift and JSD of ``pairs`` pairs at this vocabulary (``PAIR_MS``)."""
-    import numpy as np
-
     v, ms = zip(*PAIR_MS)
     return pairs * float(np.interp(vocab, v, ms)) / 3.6e6
 
@@ -162,7 +162,7 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 # --- the grid ------------------------------------------------------------------------------------------------
 def grid(p) -> pd.DataFrame:
     """Every study's plan (params only: no model loaded, nothing generated)."""
-    parts = [studies.module(name).plan(p) for name in p.studies]
+    parts = [part for name in p.studies if (part := studies.get(name).plan(p)) is not None]
     return pd.concat(parts, ignore_index=True) if parts else frame([])
 
 
@@ -188,8 +188,8 @@ def weight_bytes_per_param(spec) -> float:
 def cost(r: pd.Series, spec, batch_rows, gpu: str) -> tuple[float | None, float, float]:
     """(CPU hours, or None for a GPU-only model or fp32 weights larger than this machine's free RAM; GPU hours
     on ``gpu`` at the params' batch rows; GPU hours decoding one row at a time) of one plan row."""
-    from .generation import AUTO_BATCH_CAP, AUTO_BATCH_FRACTION, free_memory
-    from .models import gpu_only
+    from .generation import AUTO_BATCH_CAP, AUTO_BATCH_FRACTION, free_memory  # lazy: torch, off make plan's path
+    from .models import gpu_only  # lazy: transformers
 
     s = size(spec)
     kv_token = 2 * s.layers * s.kv_width * 2  # bytes per cached token, 16-bit
@@ -232,7 +232,7 @@ def estimate(p, gpu: str = "h100") -> pd.DataFrame:
 
 def report(p, gpu: str = "h100") -> str:
     """The plan as text: the grid per study and model, totals, model sizes, and the assumptions."""
-    from .generation import AUTO_BATCH_FRACTION
+    from .generation import AUTO_BATCH_FRACTION  # lazy: torch, off make plan's path
 
     e = estimate(p, gpu)
     show = e.drop(columns=["context"])
@@ -267,22 +267,19 @@ def report(p, gpu: str = "h100") -> str:
                 "training, the engine's Python overhead")
     lines += ["", "assumptions (an estimate, not a measurement):", tokens_note, cpu_note, gpu_note, left_out]
     # a study's own planning notes (e.g. the policy study's disputed items and the power they give)
-    notes = [n for name in p.studies if hasattr(studies.module(name), "plan_notes")
-             for n in studies.module(name).plan_notes(p)]
+    notes = [n for name in p.studies for n in studies.get(name).plan_notes(p)]
     lines += (["", "study notes:"] + [f"  {n}" for n in notes]) if notes else []
     return "\n".join(lines)
 
 
-def _spec(source: str):
-    from .config import ModelSpec
-
+def _spec(source: str) -> ModelSpec:
     return ModelSpec(source=source)
 
 
-# --- the judge models a params file needs (issue 46) -------------------------------------------------------------
+# --- the judge models a params file needs -------------------------------------------------------------
 def judge_model_lines(p) -> list[str]:
     """The LLM judge's model: its id, size, weights and where it must run (this machine's free RAM or a GPU)."""
-    from .generation import free_memory
+    from .generation import free_memory  # lazy: torch, off make plan's path
 
     llm = p.judges.llm
     if llm is None:

@@ -1,14 +1,14 @@
-"""A checkable registration for any params file (issue 48 item 5; the frames control is the first): ``<params>.sha256`` beside the file holds the
-sha256 of the params as registered, committed on its own before the run that uses them. Loading a params file
-that has one checks the hash (one clear error on a mismatch); ``record`` gives what the run's manifest should
-hold (the params hash, the registration's commit, and whether they match)."""
+"""A checkable registration for any params file (the frames control's is the first): ``<params>.sha256`` beside
+the file holds the sha256 of the params as registered, committed on its own before the run that uses them. Loading
+a params file that has one checks the hash (one clear error on a mismatch); ``record`` gives what the run's
+manifest should hold (the params hash, the registration's commit, and whether they match)."""
 from __future__ import annotations
 
 import hashlib
 import subprocess
 from pathlib import Path
 
-from .config import ParamsError
+from .errors import ParamsError
 
 
 def sha256(path: Path) -> str:

@@ -14,21 +14,22 @@ sentences its part of notebook 05 ends with), then the three reporting items of 
 
 and the word TESTBED beside every model organism the run measures.
 
-A study contributes ``reporting(p) -> {"definition": markdown, "seed_floor": markdown}``,
-``verdict_rows(p, tables) -> list[dict]`` (its rows of the verdict table), optionally
-``verdicts(p, tables) -> list[str]``, ``verdict_tables(p, tables) -> [(title, DataFrame)]`` (shown under its
-verdicts) and, when it trains on prompts, ``training_pool(p) -> DataFrame[id, prompt]``.
+A study contributes its members of the study interface (``studies.contract.Study``): ``reporting`` (its
+operational definitions and seed floor), ``verdict_rows``, ``verdicts``, ``verdict_tables`` (shown under its
+verdicts), ``audited_pools`` and, when it trains on prompts, ``training_pool``.
 """
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
+import mistune
 import pandas as pd
 
 from . import contamination, datasets, studies, verdict_table
 from .config import testbed_note
-from .paths import DATA_DIR, ROOT
+from .paths import DATA_DIR, ORGANISM_ADAPTER, ROOT
 
 ORGANISM_DATA = ROOT / "organism" / "training_data.csv"
 
@@ -43,8 +44,6 @@ def training_pools(p) -> dict[str, pd.DataFrame]:
     requests, the learned judges' training requests (XSTest's prompts, whose replies train the refusal
     heads; HarmBench's classifier-validation behaviours, which train the harmful head; the
     hand-written soft refusals), and each study's own (``training_pool``)."""
-    import json
-
     pools = {"organism": _prompts(pd.read_csv(ORGANISM_DATA, keep_default_na=False)["prompt"], "org")}
     judge = [pd.read_csv(f, keep_default_na=False)["prompt"] for f in sorted(datasets.XSTEST_COMPLETIONS.glob("*.csv"))]
     judge.append(pd.Series([x["test_case"] for items in json.loads(datasets.HARMBENCH_CLASSIFIER_VAL.read_text()).values()
@@ -52,9 +51,9 @@ def training_pools(p) -> dict[str, pd.DataFrame]:
     judge += [pd.read_csv(f, keep_default_na=False)["prompt"] for f in sorted((DATA_DIR / "soft_refusals").glob("*.csv"))]
     pools["judges"] = _prompts(pd.concat(judge), "judge")
     for name in p.studies:
-        module = studies.module(name)
-        if hasattr(module, "training_pool"):
-            pools[name] = module.training_pool(p)
+        pool = studies.get(name).training_pool(p)
+        if pool is not None:
+            pools[name] = pool
     return pools
 
 
@@ -62,11 +61,9 @@ def pools_for(p, model_names: list[str], learned_judges: bool, adapters: dict | 
     """The training pools a study's scores rest on: the refusing organism's when one of ``model_names``
     is the organism, the learned judges' when the study's judges include them, then each pool of
     ``adapters`` (adapter folder -> pool name: a study's own control) whose adapter one of them loads."""
-    from .organism import ADAPTER_DIR
-
     used = {p.models[n].adapter for n in model_names if n in p.models}
     own = [pool for adapter, pool in (adapters or {}).items() if str(Path(adapter).relative_to(ROOT)) in used]
-    return ((["organism"] if str(ADAPTER_DIR.relative_to(ROOT)) in used else [])
+    return ((["organism"] if str(ORGANISM_ADAPTER.relative_to(ROOT)) in used else [])
             + (["judges"] if learned_judges else []) + own)
 
 
@@ -85,8 +82,6 @@ def _section(title: str, body: str) -> str:
 
 
 def _markdown(text: str) -> str:
-    import mistune
-
     return mistune.html(text)
 
 
@@ -114,33 +109,28 @@ def contamination_status(overlap: pd.DataFrame, study: str, pools: list[str]) ->
 
 
 def study_verdicts(run, name: str) -> list[str]:
-    """The study's verdicts in words from its statistics tables (``verdicts(p, tables)``); a line saying
-    why there are none when the study states none or its statistics are not computed yet."""
-    module = studies.module(name)
-    if not hasattr(module, "verdicts"):
-        return ["(this study states no verdict in words yet: see its part of notebook 05)"]
+    """The study's verdicts in words from its statistics tables (``Study.verdicts``); a line saying why there
+    are none when the study states none or its statistics are not computed yet."""
     try:
         tables = run.read_stats(name)
     except FileNotFoundError:
         return ["(not computed: run notebook 05)"]
-    return module.verdicts(run.p, tables) or ["(no verdict: its tables are empty)"]
+    return studies.get(name).verdicts(run.p, tables) or ["(no verdict in words: see its part of notebook 05)"]
 
 
 def verdict_tables(run, name: str) -> list[tuple[str, pd.DataFrame]]:
-    """The tables a study shows beside its verdicts (``verdict_tables(p, tables)``; none when it has no
-    such function or its statistics are not computed)."""
-    module = studies.module(name)
-    if not hasattr(module, "verdict_tables"):
-        return []
+    """The tables a study shows beside its verdicts (``Study.verdict_tables``; none when its statistics are
+    not computed)."""
     try:
-        return module.verdict_tables(run.p, run.read_stats(name))
+        tables = run.read_stats(name)
     except FileNotFoundError:
         return []
+    return studies.get(name).verdict_tables(run.p, tables)
 
 
 def write(run) -> Path:
     """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``)."""
-    from nbconvert import HTMLExporter
+    from nbconvert import HTMLExporter  # lazy: only a finished run renders its notebooks
 
     p = run.p
     head = [f"<h1>refusal-audit report: run {html.escape(p.run_name)}</h1>",
@@ -163,12 +153,12 @@ def write(run) -> Path:
                  for title, df in verdict_tables(run, name)]
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     for name in run.names:
-        module = studies.module(name)
-        items = module.reporting(p) if hasattr(module, "reporting") else {}
+        study = studies.get(name)
+        items = study.reporting(p)
         if overlap is None:
             check = "<p>not computed (run notebook 01)</p>"
         else:
-            pools = module.audited_pools(p) if hasattr(module, "audited_pools") else []
+            pools = study.audited_pools(p)
             shown, folded = contamination_status(overlap, name, pools)
             check = (f"<p>pools its scores rest on: {html.escape(', '.join(dict.fromkeys(pools + [name])))}</p>" +
                      (shown.to_html(**fmt) if len(shown) else "<p>no item against these pools</p>"))
@@ -176,8 +166,8 @@ def write(run) -> Path:
                 check += (f"<details><summary>other pools ({html.escape(', '.join(folded['pool'].unique()))}): "
                           "not audited, items kept</summary>" + folded.to_html(**fmt) + "</details>")
         head.append(_section(f"{name}: 1. contamination check (items against every training pool)", check))
-        head.append(_section(f"{name}: 2. seed floor", _markdown(items.get("seed_floor", "Nothing is trained."))))
-        head.append(_section(f"{name}: 3. operational definitions", _markdown(items.get("definition", "(not stated)"))))
+        head.append(_section(f"{name}: 2. seed floor", _markdown(items.seed_floor)))
+        head.append(_section(f"{name}: 3. operational definitions", _markdown(items.definition)))
     exporter = HTMLExporter(template_name="basic")
     bodies = []
     for nb in sorted((run.dir / "notebooks").glob("0*.ipynb")):

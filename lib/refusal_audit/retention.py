@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-REGISTRY: dict[str, type["RetentionPolicy"]] = {}
+REGISTRY: dict[str, type[RetentionPolicy]] = {}
 
 
 def register(name: str):
@@ -138,7 +138,7 @@ class SnapKV(RetentionPolicy):
         return torch.stack(keep)
 
 
-# --- policies around the system span (the kv study's span arms; issue 46) ------------------------------------
+# --- policies around the system span (the kv study's span arms) ------------------------------------
 @dataclass
 class _SpanPolicy(RetentionPolicy):
     """A policy that needs the prompt's system span ``[span_start, span_end)`` (``prompts.system_span``)."""
@@ -241,8 +241,8 @@ def cache_of(layers) -> object:
     """A transformers ``DynamicCache`` over these (keys, values) pairs as they are, without copying them
     (``DynamicCache.update`` concatenates onto an empty tensor: a copy of every position). A forward pass
     over it concatenates into new tensors, so the given ones are never written."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers import DynamicCache  # lazy: transformers, off the policies' light path
+    from transformers.cache_utils import DynamicLayer  # lazy: transformers
 
     out = DynamicCache()
     for k, v in layers:

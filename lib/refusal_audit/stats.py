@@ -553,11 +553,9 @@ def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, 
     One estimator (the mean of the per-item differences d_i); its SE is the cluster-robust one (``clusters``:
     items sharing a cluster are one unit; sqrt(G/(G-1) sum_g (D_g - M n_g)^2) / N, D_g the cluster's sum of
     d_i), referred to t(G - 1): with one item per cluster it is the one-sample t test of d_i. CI at 1 - alpha,
-    two-sided p, ``beyond`` = M > 0 and p < alpha. (The item-bootstrap percentile interval used before issue
-    48 reached 5-6.5 % size at the boundary with 19-36 items; the t reference stays at or below 3.5 %.)
+    two-sided p, ``beyond`` = M > 0 and p < alpha. (The item-bootstrap percentile interval used before this
+    t reference reached 5-6.5 % size at the boundary with 19-36 items; the t reference stays at or below 3.5 %.)
     Items where either contrast is NaN are dropped. ``n_boot`` and ``seed`` are unused (kept for callers)."""
-    from scipy import stats as st
-
     f = np.asarray(frame_delta, dtype=float)
     q = np.asarray(paraphrase_delta, dtype=float)
     c = pd.Series(np.asarray(clusters))
@@ -570,9 +568,9 @@ def paraphrase_noise_test(frame_delta, paraphrase_delta, clusters, n_boot: int, 
     margin = float(d.mean())
     sums = np.bincount(codes, d, g) - margin * np.bincount(codes, minlength=g)
     se = float(np.sqrt(g / (g - 1) * (sums ** 2).sum()) / len(d)) if g > 1 else np.nan
-    crit = st.t.ppf(1 - alpha / 2, g - 1) if g > 1 else np.nan
+    crit = sps.t.ppf(1 - alpha / 2, g - 1) if g > 1 else np.nan
     if se > 0:
-        p = float(2 * st.t.sf(abs(margin) / se, g - 1))
+        p = float(2 * sps.t.sf(abs(margin) / se, g - 1))
     else:
         p = 1.0 if margin == 0 or not np.isfinite(se) else 0.0
     return NoiseTest(float((f[ok] ** 2).mean()), float((q[ok] ** 2).mean()), margin, margin - crit * se,
@@ -618,8 +616,6 @@ def simulate_noise_grid(n_items: int, n_decodes: int, frame_effects=FRAME_EFFECT
     criterion's verdict), ``rate_significant`` (the primary contrast alone: the item-level t test of mean
     Delta_F at alpha / ``family_size``, Holm's strictest step; a stand-in for the GEE Wald test) and
     ``rate_detect`` = both."""
-    from scipy import stats as st
-
     for name, share in (("frame_share", frame_share), ("swing_share", swing_share)):
         if not 0 < share <= 1:
             raise ValueError(f"simulate_noise_grid: {name} must be in (0, 1], got {share}")
@@ -642,10 +638,10 @@ def simulate_noise_grid(n_items: int, n_decodes: int, frame_effects=FRAME_EFFECT
     d = obs_f ** 2 - obs_p ** 2
     sd_d = d.std(-1, ddof=1)
     t_d = np.divide(d.mean(-1) * np.sqrt(n_items), sd_d, out=np.zeros_like(sd_d), where=sd_d > 0)
-    beyond = (t_d > 0) & (2 * st.t.sf(np.abs(t_d), n_items - 1) < alpha)
+    beyond = (t_d > 0) & (2 * sps.t.sf(np.abs(t_d), n_items - 1) < alpha)
     sd_f = obs_f.std(-1, ddof=1)
     t = np.divide(obs_f.mean(-1) * np.sqrt(n_items), sd_f, out=np.zeros_like(sd_f), where=sd_f > 0)
-    significant = 2 * st.t.sf(np.abs(t), n_items - 1) < alpha / family_size
+    significant = 2 * sps.t.sf(np.abs(t), n_items - 1) < alpha / family_size
     out = pd.DataFrame({"n_items": n_items, "n_decodes": n_decodes, "frame_share": frame_share, "swing_share": swing_share,
                         "frame_effect": fe.ravel(), "swing_sd": sd.ravel(),
                         "true_ms_frame": (true_f ** 2).mean((1, 2)), "true_ms_swing": (true_p ** 2).mean((1, 2)),
@@ -882,7 +878,7 @@ def spearman(x, y) -> Spearman:
     return Spearman(float(res.statistic), float(res.pvalue), n)
 
 
-# --- policy study: where a guard sits between two policies (seed 003; issues 25, 38) ---------------
+# --- policy study: where a guard sits between two policies (seed 003) ---------------
 
 # the four item classes of two binary labellings A and B, in the order the position functions use
 POLICY_CLASSES = ("both_safe", "both_unsafe", "a_stricter", "b_stricter")
@@ -1034,7 +1030,7 @@ def policy_verdict(k, n, cls, grp, n_items, n_draws: int, alpha: float, margin: 
     return PolicyVerdict(dpos, dlo, dhi, side, pos, plo, phi, pair_side, sep, sep_lo, placed, verdict, reason)
 
 
-# --- kv study: the reference judge holding (a paired non-inferiority test; issue 46) ---------------
+# --- kv study: the reference judge holding (a paired non-inferiority test) ---------------
 
 
 def paired_noninferiority_pvalues(b, c, n, margin: float) -> np.ndarray:

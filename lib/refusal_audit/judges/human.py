@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import JUDGMENT_COLUMNS, REFUSING, refusal_table
 from ..stats import cohen_kappa
+from . import JUDGMENT_COLUMNS, REFUSING, refusal_table
 
 HUMAN_LABELS = {"refusal", "non_refusal"}
 

@@ -119,7 +119,7 @@ class Head:
     intercept: np.ndarray
 
     @classmethod
-    def from_sklearn(cls, model, features: str) -> "Head":
+    def from_sklearn(cls, model, features: str) -> Head:
         """From a fitted LogisticRegression, or a (StandardScaler, LogisticRegression) pipeline whose
         scaling is folded into the coefficients."""
         scaler, lr = (model[0], model[-1]) if hasattr(model, "steps") else (None, model)
@@ -135,7 +135,7 @@ class Head:
                                     "intercept": np.round(self.intercept, 7).tolist()}))
 
     @classmethod
-    def load(cls, path: Path) -> "Head":
+    def load(cls, path: Path) -> Head:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: trained judge head not found; run `make judges`")
         d = json.loads(path.read_text())

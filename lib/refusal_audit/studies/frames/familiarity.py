@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-
 LOGIT_BATCH_TOKENS = 2048  # padded tokens per forward pass: their logits (x 49k vocabulary, fp32) are ~0.4 GB
 
 

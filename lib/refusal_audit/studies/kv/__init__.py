@@ -485,11 +485,9 @@ def training_pool(p) -> pd.DataFrame:
 
 def reporting(p) -> dict[str, str]:
     """The seed floor and the operational definitions the kv study's numbers rest on."""
-    from ...judges import DEFINITIONS
-
     used = ["keyword"] + (["learned_refusal", "learned_refusal_soft", "learned_harmful"] if p.judges.learned else [])
     used += [f"llm_{q}" for q in (p.judges.llm.questions if p.judges.llm else [])]
-    lines = [f"* `{j}`: {DEFINITIONS[j]}" for j in used]
+    lines = [f"* `{j}`: {judges.definition(j)}" for j in used]
     return {
         "definition": "A reply counts as a refusal under a judge's own definition; a harmful-compliance judge's "
                       "`not_harmful` counts as the classifier's refusal (the kv paper's convention). The "
@@ -578,3 +576,99 @@ def plan(p) -> pd.DataFrame:
             rows.append(r)
             replies += r["generations"] if c.role != "mmlu" else 0
     return P.frame(rows + P.judge_rows(p, NAME, replies, query["harmful"], kv.max_new_tokens))
+
+
+# what each notebook says this study does at its stage (the notebooks list the enabled studies)
+NOTEBOOK_NOTES = {
+    'items': (
+        'HarmBench *standard* behaviours drawn stratified by semantic category (AdvBench the alternative, '
+        "with every near-duplicate of a HarmBench behaviour removed when HarmBench's official set is in the "
+        'run), the official set for the robustness check when asked for, and MMLU-math for task accuracy.'),
+    'prompts': (
+        "the system safety text, then a neutral filler cut to an **exact** number of tokens of the model's "
+        'tokenizer, then the query; every harmful item under the main condition, every filler length of the '
+        'ablation, and without the system prompt; MMLU items under their own filler. The filler ids are '
+        'spliced into the rendered template, so the length is exact by construction (checked below).'),
+    'generate': (
+        'greedy, one `max_new_tokens` for all: `full`; `sink_tail` (the first `sink` positions and the '
+        'trailing positions, `keep_ratio` of the prompt in all) at every sink of the ablation; `snapkv` (the '
+        'observation window plus the positions it attends to most, per layer and KV head, same budget). MMLU '
+        'items are answered after the cue *"The answer is"* under the same policies.'),
+    'judge': (
+        "every reply to a harmful prompt; a harmful judge's `not_harmful` counts as the classifier's refusal "
+        "(the paper's convention). Disagreements between the keyword monitor and the learned judges go to a "
+        'blind sheet for humans (`results/<run>/annotation/`).'),
+    'analyse': (
+        'the confirmatory test (`studies/kv/DEFINITIONS.md`): per model and declared arm, the keyword '
+        "monitor's refusal drop under eviction minus the learned judge's, paired by prompt, with its "
+        'bootstrap CI, a sign-flip test and Holm over the declared family; then, descriptive, refusal rate '
+        'per judge and arm with Wilson 95 % intervals, exact McNemar tests of full retention against each '
+        'other arm with the paired bootstrap CI of the drop (full − arm), and MMLU accuracy per arm. Beside '
+        "it the nulls with each judge's drop (the null control and a simulated moving null, in which eviction"
+        " turns refusals into compliance for both judges), the test's false-positive rate and power over "
+        "simulated runs at the run's n, and the human labels of the annotation folder against every judge "
+        "(agreement, Cohen's kappa; `make kv-humans`), or a plain statement that none has come back."),
+    'figures': (
+        'refusal rate by judge and retention policy; the sink dose-response; the filler-length ablation; MMLU'
+        ' accuracy.'),
+}
+
+
+# --- the study interface --------------------------------------------------------------------------------
+def filler_check(tokenizer, system: str | None) -> None:
+    """``make check``: the filler is spliced exactly into the rendered prompt, with and without the system text."""
+    from ...chat import PROBE_QUERY
+    from ...prompts import filler_ids, render_ids
+    for s in dict.fromkeys([system, None]):
+        n = 32
+        ids = render_ids(tokenizer, s, PROBE_QUERY, n)
+        filler = filler_ids(tokenizer, n)
+        if not any(ids[i:i + n] == filler for i in range(len(ids) - n + 1)):
+            raise RuntimeError("the kv filler is not spliced exactly into the rendered prompt")
+
+
+def _humans_command(args) -> list[str]:
+    return humans.run(args.sheets, args.run, args.params)
+
+
+from functools import partial  # noqa: E402
+
+from ...verdict import from_cells as _from_cells  # noqa: E402
+from ..contract import Command, Rendering, Reporting, Study, UserGeneration  # noqa: E402
+
+
+class Kv(Study):
+    name = NAME
+    Params = Params
+    stage_notes = NOTEBOOK_NOTES
+    check = staticmethod(check)
+    preflight = staticmethod(preflight)
+    items = staticmethod(items)
+    prompts = staticmethod(prompts)
+    generate = staticmethod(generate)
+    judge = staticmethod(judge)
+    analyse = staticmethod(analyse)
+    figures = staticmethod(figures)
+    verdict_rows = staticmethod(lambda p, t: [_from_cells(r) for r in verdict_rows(p, t)])
+    verdicts = staticmethod(verdicts)
+    verdict_tables = staticmethod(verdict_tables)
+    audited_pools = staticmethod(audited_pools)
+    training_pool = staticmethod(training_pool)
+    reporting = staticmethod(lambda p: Reporting(**reporting(p)))
+    summary = staticmethod(summary)
+    plan = staticmethod(plan)
+    commands = {"kv-humans": Command(
+        "filled kv annotation sheets against the run's judges (stats/kv/human_agreement.csv)",
+        ((("--sheets",), {"default": "", "help": "comma-separated filled sheets (default: those in the run's "
+                                                 "annotation folder)"}),
+         (("--run",), {"default": "", "help": "the run's name (default: the params file's run_name)"}),
+         (("--params",), {"default": "params/default.yaml"})),
+        _humans_command)}
+
+    def renders(self, p):
+        s = p.studies[NAME]
+        return [Rendering(m, partial(filler_check, system=s.system_prompt or None)) for m in model_names(s)]
+
+    def user_generation(self, p):
+        s = p.studies[NAME]
+        return UserGeneration(lambda n: design.policy(s, n), s.max_new_tokens)

@@ -64,7 +64,7 @@ def status(p, result: Path = RESULT) -> str | None:
 
 def main(argv=None) -> None:
     from ... import config, models
-    from ...judges import LlmJudge
+    from ...judges.llm import LlmJudge
     from ...judges.train import harmbench_items
 
     ap = argparse.ArgumentParser(description="Validate the HarmBench classifier wrapper on HarmBench's validation set.")

@@ -205,7 +205,6 @@ def evaluate(model, tok, name: str, texts: list[str], fillers, max_new_tokens: i
     from ...judges.keyword import KeywordJudge
     from ...judges.learned import learned_refusal
     from ...organism_build import replies
-
     from ...prompts import system_span
 
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword"), learned_refusal()]

@@ -32,8 +32,7 @@ import pandas as pd
 
 from ... import paths, store
 from ...config import ParamsError, need
-from . import analysis, arms, conventions, design, rules, verdict
-from . import charts
+from . import analysis, arms, charts, conventions, design, rules, verdict
 
 NAME = "policy"
 
@@ -854,3 +853,96 @@ def plan(p) -> pd.DataFrame:
         n = int(sizes.clip(upper=g.per_benchmark).sum() if g.per_benchmark else sizes.sum())
         rows.append(P.row(NAME, g.model, f"guard {g.convention}", n, 1, 1, per, g.max_new_tokens))
     return P.frame(rows)
+
+
+# what each notebook says this study does at its stage (the notebooks list the enabled studies)
+NOTEBOOK_NOTES = {
+    'items': (
+        'one prompt pool labelled under two written policies (A: would a moderator block it? B: does it ask '
+        'for harmful content?) by declared rules, split per stratum into training pool, validation and '
+        'benchmark rows; every held-out row audited against the pool and only clean rows scored.'),
+    'prompts': (
+        'nothing to render (the guards classify the prompt itself).'),
+    'generate': (
+        "the guard arms of the params file (routes by which policy A enters: hard labels, mixing, a teacher's"
+        ' soft labels, head-only recalibration, a LoRA-tuned encoder) plus seed replicas, each text embedded '
+        'once; released guards only when params name them.'),
+    'judge': (
+        "the arms' verdicts read under each guard convention (strict / loose, thresholds, fail-open / "
+        'fail-closed).'),
+    'analyse': (
+        'catch and over-refusal rates per arm, Delta_b, the seed floor Phi_b, the exchangeability rank test '
+        '(Holm over benchmarks), Spearman rho of validation accuracy, the rank test at P(unsafe) >= 0.5 as a '
+        'sensitivity analysis (the confirmatory test takes each arm at its operating point), and the verdict '
+        "(follows A, B, mixed or undetermined: each direction's position between the guard's own rates, "
+        '`verdict_calibration.csv` for how far it can be trusted) for every arm and guard.'),
+    'figures': (
+        'arms x benchmarks, Delta_b against Phi_b, validation accuracy against policy agreement.'),
+}
+
+
+# --- the study interface --------------------------------------------------------------------------------
+from functools import partial  # noqa: E402
+
+from ...verdict import from_cells as _from_cells  # noqa: E402
+from ..contract import Command, Rendering, Reporting, Study  # noqa: E402
+
+
+def guard_template_check(tokenizer, system: str | None, risk_name: str | None) -> None:
+    """``make check``: the guard's template renders the user's prompt (Granite Guardian with its risk name)."""
+    from ... import chat
+    kwargs = {"guardian_config": {"risk_name": risk_name}} if risk_name else {}
+    text = chat.render(tokenizer, chat.turn(system, chat.PROBE_QUERY), **kwargs)
+    if chat.PROBE_QUERY not in text:
+        raise RuntimeError("the guard's template does not render the user's prompt")
+
+
+def _guard_items_command(args) -> list[str]:
+    return [f"wrote {write_guard_items(args.params, args.out, args.scope or 'benchmark')}"]
+
+
+def _guard_verdict_command(args) -> list[str]:
+    return guard_verdict_files(args.verdicts, args.run, args.params, args.guard or None) + [
+        f"wrote results/{args.run}/guard_verdict.csv, guard_scores.csv, guard_verdict.png"]
+
+
+class Policy(Study):
+    name = NAME
+    Params = Params
+    stage_notes = NOTEBOOK_NOTES
+    tables = TABLES
+    check = staticmethod(check)
+    preflight = staticmethod(preflight)
+    items = staticmethod(items)
+    prompts = staticmethod(prompts)
+    generate = staticmethod(generate)
+    judge = staticmethod(judge)
+    analyse = staticmethod(analyse)
+    figures = staticmethod(figures)
+    verdict_rows = staticmethod(lambda p, t: [_from_cells(r) for r in verdict_rows(p, t)])
+    verdicts = staticmethod(verdicts)
+    audited_pools = staticmethod(audited_pools)
+    training_pool = staticmethod(training_pool)
+    reporting = staticmethod(lambda p: Reporting(**reporting(p)))
+    summary = staticmethod(summary)
+    plan = staticmethod(plan)
+    plan_notes = staticmethod(plan_notes)
+    commands = {
+        "guard-items": Command(
+            "every prompt a guard must score for the policy study's verdict (CSV: id, prompt)",
+            ((("--out",), {"required": True}),
+             (("--scope",), {"default": "benchmark", "help": "benchmark (the clean benchmark split) or all (every "
+                                                             "row of the pool: a guard never trained on the arms' "
+                                                             "pool)"}),
+             (("--params",), {"default": "params/default.yaml"})),
+            _guard_items_command),
+        "guard-verdict": Command(
+            "which policy a guard follows, from its answers (CSV: id, verdict or p_unsafe[, guard])",
+            ((("--verdicts",), {"required": True}), (("--run",), {"required": True}),
+             (("--guard",), {"default": "", "help": "the guard's name (a file without a guard column), or the one "
+                                                    "guard to read"}),
+             (("--params",), {"default": "params/default.yaml"})),
+            _guard_verdict_command)}
+
+    def renders(self, p):
+        return [Rendering(g.model, partial(guard_template_check, system=g.system, risk_name=g.risk_name)) for g in p.studies[NAME].guards]

@@ -1,0 +1,126 @@
+"""One verdict type for every study: a row of the run's verdict table (``verdict_table``), and the words its
+cells share across studies (the controls' states, a value that could not be computed).
+
+A study fills ``Verdict`` rows from its statistics tables (``Study.verdict_rows``); the verdict table checks them,
+marks testbeds and writes ``stats/verdicts.csv``; the report shows them. The text cells are the study's own
+sentences; the numbers behind them sit beside them as typed fields (``None`` where a row has no such number).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# what a row is
+PRIMARY, POSITIVE, NULL, CALIBRATION = "primary", "positive control", "null control", "calibration"
+ROLES = (PRIMARY, POSITIVE, NULL, CALIBRATION)
+
+# a control's state, in the words every study uses
+RECOVERED, NOT_RECOVERED, CLEAN, REJECTED, NOT_RUN = "recovered", "not recovered", "clean", "rejected", "not run"
+WORDS = {RECOVERED: "recovered", NOT_RECOVERED: "NOT recovered", CLEAN: "not rejected (as expected)",
+         REJECTED: "REJECTED (not as expected)", NOT_RUN: "not run"}
+
+
+def not_computed(why: str) -> str:
+    """The cell of a value the run could not compute, with the reason."""
+    return f"not computed: {why}"
+
+
+def not_applicable(why: str) -> str:
+    """The cell of a value that has no meaning for this row, with the reason."""
+    return f"not applicable: {why}"
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """One control of a study: a planted effect (``positive``) that must be recovered, or a control with no
+    effect (``null``) that must stay silent; ``state`` one of ``WORDS``; ``detail`` what was measured."""
+
+    name: str
+    kind: str  # "positive" | "null"
+    state: str
+    detail: str = ""
+
+    def __post_init__(self):
+        if self.kind not in ("positive", "null"):
+            raise ValueError(f"control {self.name!r}: kind {self.kind!r}; expected positive or null")
+        allowed = (RECOVERED, NOT_RECOVERED, NOT_RUN) if self.kind == "positive" else (CLEAN, REJECTED, NOT_RUN)
+        if self.state not in allowed:
+            raise ValueError(f"control {self.name!r} ({self.kind}): state {self.state!r}; expected one of {allowed}")
+
+    @classmethod
+    def positive(cls, name: str, recovered: bool | None, detail: str = "") -> ControlState:
+        """A planted control: recovered, not recovered, or not run (``None``)."""
+        return cls(name, "positive", NOT_RUN if recovered is None else RECOVERED if recovered else NOT_RECOVERED,
+                   detail)
+
+    @classmethod
+    def null(cls, name: str, called: bool | None, detail: str = "") -> ControlState:
+        """A control with no effect: clean (not called), rejected (called: the test fired), or not run (``None``)."""
+        return cls(name, "null", NOT_RUN if called is None else REJECTED if called else CLEAN, detail)
+
+    @property
+    def ok(self) -> bool:
+        return self.state in (RECOVERED, CLEAN)
+
+    def text(self, separator: str = " ") -> str:
+        return f"{self.name}{separator}{WORDS[self.state]}{self.detail}"
+
+
+@dataclass(frozen=True)
+class Controls:
+    """A study's controls as one cell: each state, then any flag that qualifies the row (a judge unvalidated,
+    a stratum near-empty); "not run" when there is neither. ``separator`` goes between a control's name and
+    its state."""
+
+    states: tuple[ControlState, ...] = ()
+    flags: tuple[str, ...] = ()
+    separator: str = " "
+
+    def with_flags(self, *flags: str) -> Controls:
+        return Controls(self.states, self.flags + tuple(f for f in flags if f), self.separator)
+
+    def text(self) -> str:
+        return "; ".join([s.text(self.separator) for s in self.states] + list(self.flags)) or WORDS[NOT_RUN]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row of the verdict table. The text cells are what a reader sees (each non-empty: a cell that
+    cannot be given says why, ``not_computed``); the typed fields are the numbers behind them."""
+
+    study: str
+    system: str          # the model or guard (or simulation) the row is about
+    role: str            # one of ROLES
+    question: str
+    answer: str          # the answer in a word or two
+    estimate: str        # the estimate with its interval and corrected p, in words
+    fpr: str             # the simulated false-positive rate, in words
+    power: str           # power at a stated effect, or for a null answer the smallest detectable effect
+    controls: Controls = field(default_factory=Controls)
+    effect: float | None = None     # the estimate ...
+    ci_low: float | None = None     # ... its interval
+    ci_high: float | None = None
+    p: float | None = None          # the corrected p-value
+    fpr_rate: float | None = None   # the simulated false-positive rate, a share
+    power_rate: float | None = None  # the power at the stated effect, a share
+    mde: float | None = None        # the smallest detectable effect (a null answer)
+    n: int | None = None            # the units the estimate rests on
+    testbed: bool = False           # the system is a model organism (set by the verdict table from params)
+
+    TEXT = ("study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls")
+
+    def cells(self) -> dict[str, str]:
+        """The text cells, in the table's order (the system marked TESTBED where it is one)."""
+        return {"study": self.study, "system": f"{self.system} (TESTBED)" if self.testbed else self.system,
+                "role": self.role, "question": self.question, "answer": self.answer, "estimate": self.estimate,
+                "fpr": self.fpr, "power": self.power, "controls": self.controls.text()}
+
+
+def missing(study: str, why: str) -> Verdict:
+    """The row of a study whose verdicts cannot be read: every cell says why."""
+    cell = not_computed(why)
+    return Verdict(study, "(none)", PRIMARY, "(not available)", "not computed", cell, cell, cell,
+                   Controls(flags=(cell,)))
+
+
+def from_cells(row: dict) -> Verdict:  # TEMPORARY (stage A): a study's text-cell dict as a Verdict
+    return Verdict(**{k: v for k, v in row.items() if k != "controls"}, controls=Controls(flags=(row["controls"],)))
