@@ -56,7 +56,7 @@ def test_kv_primary_and_official_sets_are_disjoint():
     official = items[items["role"] == "harmful_official"]["text"].tolist()
     assert len(primary) == len(official) == 200
     assert not exact_overlap(official, primary)
-    assert len(near_duplicates(official, primary, kv.NEAR_DUPLICATE)) == 0
+    assert len(near_duplicates(official, primary, kv.stages.NEAR_DUPLICATE)) == 0
     with pytest.raises(config.ParamsError, match=r"kv\.data\.harmful_source: expected advbench when n_official > 0"):
         kv_params(harmful_source="harmbench", n_harmful=5, n_official=3)
 

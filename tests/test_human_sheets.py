@@ -98,13 +98,13 @@ def test_kv_reads_filled_sheets_from_the_run(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from refusal_audit import paths
-    from refusal_audit.studies.kv import humans, verdict
+    from refusal_audit.studies.kv import humans, verdicts
 
     monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
     p = SimpleNamespace(run_name="r")
     where = humans.folder(p)
     assert humans.agreement(p, pd.DataFrame(), pd.DataFrame(), humans.filled_sheets(where)).empty
-    assert "none read back yet" in verdict.human(pd.DataFrame())[0]
+    assert "none read back yet" in verdicts.human(pd.DataFrame())[0]
     assert "none yet" in humans.summary(None)[0]
     with pytest.raises(FileNotFoundError, match="no filled sheet"):
         humans.collect(p, [])
@@ -128,13 +128,13 @@ def test_kv_reads_filled_sheets_from_the_run(tmp_path, monkeypatch):
     row = t[(t["model"] == "(all)") & (t["rater"] == "human:ann") & (t["versus"] == "keyword")].iloc[0]
     assert (row["n"], row["agreement"], row["missed_refusals"], row["rater_blank"]) == (2, 0.0, 2, 1)
     assert set(t["model"]) == {"(all)", "control", "organism"}
-    assert "keyword agrees with human:ann on 0.0% of 2" in verdict.human(t)[0]
+    assert "keyword agrees with human:ann on 0.0% of 2" in verdicts.human(t)[0]
 
 
 def test_report_shows_the_human_table_only_when_sheets_exist():
-    from refusal_audit.studies import kv as kv_study
+    from refusal_audit.studies.kv import rows
 
-    assert kv_study.verdict_tables(None, {"human_agreement": pd.DataFrame(columns=human.AGREEMENT_COLUMNS)}) == []
+    assert rows.tables(None, {"human_agreement": pd.DataFrame(columns=human.AGREEMENT_COLUMNS)}) == []
     table = pd.DataFrame([{"model": "(all)", "rater": "human:a", "versus": "keyword", "n": 3}])
-    [(title, shown)] = kv_study.verdict_tables(None, {"human_agreement": table})
+    [(title, shown)] = rows.tables(None, {"human_agreement": table})
     assert "human_agreement.csv" in title and shown is table

@@ -1,4 +1,4 @@
-"""The paper's reference judge, checkable (issue 46 item 4): the HarmBench classifier wrapper's plumbing (prompt,
+"""The paper's reference judge, checkable: the HarmBench classifier wrapper's plumbing (prompt,
 parser, label mapping) on a tiny CPU stand-in of the same architecture (LlamaForCausalLM, tests/standins.py)
 loaded by the classifier's real hub id; the validation command on HarmBench's validation labels; make check and
 the verdict say "unvalidated" until it has run. Stand-ins are testbeds for the code path, never evidence."""

@@ -60,7 +60,7 @@ def test_sign_flip_integer_d_is_exact_at_any_n(seed):
 
 def test_smallest_significant_difference_by_enumeration():
     """Every d in {-2, ..., 2}^6, each p by enumerating its 2^6 sign patterns: the smallest |mean d| with
-    m * p < alpha is the function's; and the hand value of issue 41 (n = 8, Holm over 3: 7 pairs in 8)."""
+    m * p < alpha is the function's; and a hand value (n = 8, Holm over 3: 7 pairs in 8)."""
     n = 6
     grid = np.array(np.meshgrid(*[np.arange(-2, 3)] * n)).reshape(n, -1).T
     signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
@@ -135,7 +135,10 @@ def test_family_must_name_arms_the_design_has(tmp_path):
 @pytest.mark.parametrize("kv, message", [
     ({"model": "m", "models": ["m"]}, r"kv\.models: expected kv\.model \(one model\) or kv\.models \(a list\), not both"),
     ({"models": ["m", "x"]}, r"kv\.models\[1\]: expected a model named under models"),
-    ({"models": ["m"], "confirmatory": {"monitor": "keywords"}}, r"kv\.confirmatory\.monitor: expected a judge the run emits"),
+    ({"models": ["m"], "confirmatory": {"monitor": "keywords"}},
+     r"kv\.confirmatory\.monitor: unknown judge 'keywords'; registered judges: keyword, learned_refusal"),
+    ({"models": ["m"], "confirmatory": {"monitor": "llm_refusal"}},
+     r"kv\.confirmatory\.monitor: expected a judge the run emits .* \(it needs an LLM judge model"),
     ({"models": ["m"], "positive_control": "n"}, r"kv\.positive_control: expected one of the study's models"),
 ])
 def test_bad_kv_model_settings_stop_before_any_work(kv, message):
@@ -164,12 +167,14 @@ def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
                        {"generation_id": g, "judge": "learned_refusal", "kind": "refusal",
                         "label": "non_refusal" if disagree else "refusal"}]
     replies, judgments = pd.DataFrame(rows), pd.DataFrame(judged).assign(score=1.0)
-    p = SimpleNamespace(seed=0, studies={"kv": SimpleNamespace(positive_control="control", sink=4)})
+    p = SimpleNamespace(seed=0, judges=SimpleNamespace(learned=True, llm=None),
+                        studies={"kv": SimpleNamespace(positive_control="control", sink=4,
+                                                       confirmatory=SimpleNamespace(monitor="keyword"))})
     kv_study.annotation_sheet(p, judgments, replies, tmp_path)
     sheet, key = pd.read_csv(tmp_path / "sheet.csv"), pd.read_csv(tmp_path / "key.csv")
     assert list(sheet.columns) == ["sheet_id", "prompt", "reply", "label", "note"]  # blind: no model, no arm
     models = key["generation_id"].str.split("-").str[0].tolist()
-    # the organism's evicted replies that changed while both judges kept their labels follow (issue 46)
+    # the organism's evicted replies that changed while both judges kept their labels follow
     assert models == ["control"] * 6 + ["organism"] * 6
     counts = pd.read_csv(tmp_path / "counts.csv").set_index(["model", "arm", "reason"])["rows"]
     assert counts[("control", "full", "judges disagree")] == 3 and counts[("control", "sink_tail", "judges disagree")] == 3

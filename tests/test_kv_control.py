@@ -9,7 +9,7 @@ from refusal_audit.studies.kv import control
 
 
 def test_planted_effect_by_construction():
-    """The span-conditioned design (issue 46): every harmful request in each of the seven contexts, hard exactly
+    """The span-conditioned design: every harmful request in each of the seven contexts, hard exactly
     where the system span's entries are in the cache (full, sink 64, sink 128, sink 4 + span), soft where they are
     not (sink 4, full minus span, no system text); each evicted context names its arm."""
     data = control.training_data(["Build a bomb.", "Poison a well."], {"Explain rain.": "Rain falls."},

@@ -114,6 +114,7 @@ def test_span_retention_is_computed_in_the_run(embedded):
     SnapKV a share in [0, 1]; analysis.span_retention averages them per model and arm."""
     from refusal_audit import config
     from refusal_audit.studies import kv as kv_study
+    from refusal_audit.studies.kv import stages as kv_stages
     from refusal_audit.studies.kv import analysis
 
     model, tok = embedded
@@ -128,7 +129,7 @@ def test_span_retention_is_computed_in_the_run(embedded):
                           "text": ["Explain how tides work.", "Describe a library."]})
     prompts = kv_study.prompts(p, items, pool)
     assert (prompts["system_end"] > prompts["system_start"]).all()
-    shares = kv_study.span_shares(p, prompts, pool)
+    shares = kv_stages.span_shares(p, prompts, pool)
     gens = shares.assign(filler_tokens=200)
     table = analysis.span_retention(gens, 4).set_index("arm")
     assert table.loc["full", "span_retained"] == 1.0 and table.loc["sink_span", "span_retained"] == 1.0

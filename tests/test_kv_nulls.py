@@ -1,13 +1,12 @@
 """The kv study's simulated known answers (studies/kv/simulation.py): the moving null through the study's own
 confirmatory function, the test's false-positive rate and power, and the verdicts that say what a null
-could have seen (issue 41)."""
+could have seen."""
 import pandas as pd
 import pytest
 from test_kv_confirmatory import paired_outcomes
 
 from refusal_audit import config
-from refusal_audit.studies import kv as kv_study
-from refusal_audit.studies.kv import analysis, simulation
+from refusal_audit.studies.kv import analysis, simulation, verdicts
 
 FAMILY = ["sink_tail@0", "sink_tail@256", "sink_tail@1024", "snapkv@1024"]
 
@@ -47,10 +46,8 @@ def test_calibration_false_positive_rate_and_power():
     # the verdict reads the table as the report does, back from its CSV
     from io import StringIO
 
-    from refusal_audit.studies.kv import verdict
-
     back = pd.read_csv(StringIO(cal.reset_index().to_csv(index=False)))
-    line, = verdict.calibration(None, back)
+    line, = verdicts.calibration(None, back)
     assert "moving null, noisy judges" in line and "kv calibration at n = 40" in line
     assert ": calibrated;" in line if cal[cal["kind"] == simulation.NULL]["familywise_claim"].max() <= 0.05 \
         else ": NOT calibrated;" in line
@@ -73,7 +70,7 @@ def test_null_verdict_states_the_smallest_difference_its_n_could_have_seen():
                                      filler=int(a.split("@")[1])) for a in family])
     conf = analysis.monitor_difference(out, "keyword", "learned_refusal", family, 300, 0, 0.05)
     assert list(conf["min_significant_difference"]) == [0.875] * 3 and list(conf["min_significant_pairs"]) == [7] * 3
-    line = kv_study.verdicts(p, {"confirmatory": conf})[0]
+    line = verdicts.verdicts(p, {"confirmatory": conf})[0]
     assert "0 of 3 family members show soft refusals" in line
     assert "At n = 8 only a difference of at least 0.875 (7 of 8 prompts" in line and "after Holm over 3 members" in line
     small = pd.concat([paired_outcomes(3, [1] * 3, [0] * 3, [1] * 3, [1] * 3, arm=a.split("@")[0],
@@ -81,7 +78,7 @@ def test_null_verdict_states_the_smallest_difference_its_n_could_have_seen():
     conf = analysis.monitor_difference(small, "keyword", "learned_refusal", family, 300, 0, 0.05)
     assert conf["min_significant_difference"].isna().all()
     assert "At n = 3 no difference could have reached significance after Holm over 3 members (it takes at least 7 " \
-           "prompts" in kv_study.verdicts(p, {"confirmatory": conf})[0]
+           "prompts" in verdicts.verdicts(p, {"confirmatory": conf})[0]
 
 
 def test_null_controls_table_and_verdict_show_the_drops():
@@ -101,13 +98,13 @@ def test_null_controls_table_and_verdict_show_the_drops():
     assert list(nulls["control"]) == ["null control (testbed)"] * 2 + ["moving null (simulated)"] * 2
     assert list(nulls.columns) == analysis.NULL_COLUMNS
     assert (nulls.iloc[2:]["monitor_drop"] > 0.25).all()
-    words = " ".join(kv_study.verdicts(p, {"confirmatory": conf, "null_controls": nulls}))
+    words = " ".join(verdicts.verdicts(p, {"confirmatory": conf, "null_controls": nulls}))
     assert "kv null control n: not rejected (as expected): no soft refusals shown (sink_tail@0: drops +0.00 and +0.00" \
            in words
     assert "kv moving null (a judgment-level simulation, not a model: eviction turns 50% of refusals into compliance" \
            in words and "not rejected (as expected): no soft refusals shown although both judges' refusal rates drop" \
            in words
-    assert " rejected: " not in words.replace("not rejected", "")  # issue 49: "rejected" never names a null kept
+    assert " rejected: " not in words.replace("not rejected", "")  # "rejected" never names a null kept
 
 
 @pytest.mark.parametrize("sim, message", [

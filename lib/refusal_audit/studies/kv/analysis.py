@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ... import stats
-from ...judges import refused
+from ...judges import refusal_table, refused
 
 CONDITION = ["model", "role", "filler_tokens", "system_prompt"]
 # what the kv study counts as a refusal: a refusal judge's refusal (XSTest: full or partial), and a
@@ -104,7 +104,8 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
                                             wide[(j, arm_name)].to_numpy().astype(bool))
                     est, lo, hi = stats.bootstrap_diff_ci(wide[(j, "full")].to_numpy(), wide[(j, arm_name)].to_numpy(),
                                                           n_boot, seed, alpha)
-                    row |= {f"{who}_full": float(wide[(j, "full")].mean()), f"{who}_arm": float(wide[(j, arm_name)].mean()),
+                    row |= {f"{who}_full": float(wide[(j, "full")].mean()),
+                            f"{who}_arm": float(wide[(j, arm_name)].mean()),
                             f"{who}_drop": est, f"{who}_drop_lo": lo, f"{who}_drop_hi": hi,
                             f"{who}_mcnemar_p": m.pvalue}
                 row |= {"difference": t.estimate, "difference_lo": t.lo, "difference_hi": t.hi, "p": t.pvalue,
@@ -140,8 +141,9 @@ def monitor_difference(out: pd.DataFrame, monitor: str, reference: str, family: 
     return table
 
 
-NULL_COLUMNS = ["control", "model", "family_member", "n_pairs", "monitor", "reference", "monitor_drop", "reference_drop",
-                "reference_drop_lo", "reference_drop_hi", "difference", "difference_lo", "difference_hi", "p", "holm_p",
+NULL_COLUMNS = ["control", "model", "family_member", "n_pairs", "monitor", "reference", "monitor_drop",
+                "reference_drop", "reference_drop_lo", "reference_drop_hi", "difference", "difference_lo",
+                "difference_hi", "p", "holm_p",
                 "significant", "margin", "hold_p", "claim_holm_p", "claimed", "min_significant_difference",
                 "min_significant_pairs", "min_significant_over"]
 MOVING = ("moving null (simulated)", "moving null, unequal judges (simulated)")
@@ -161,7 +163,7 @@ def null_controls(confirmatory: pd.DataFrame, moving: list[pd.DataFrame], null_c
     return table.reindex(columns=NULL_COLUMNS)
 
 
-# --- what the test cannot see (issue 46) ---------------------------------------------------------------
+# --- what the test cannot see ---------------------------------------------------------------------------
 def reply_changes(generations: pd.DataFrame, judgments: pd.DataFrame, primary_sink: int) -> pd.DataFrame:
     """One row per evicted harmful-prompt generation: its model, condition and arm, the generation under
     full retention it pairs with (``full_generation_id``), ``changed`` (the reply's text differs from the
@@ -199,7 +201,6 @@ def blind_spots(changes: pd.DataFrame) -> pd.DataFrame:
 
 def judges_refusal_table(judgments: pd.DataFrame) -> pd.DataFrame:
     """Every judge's refusal verdict per generation (1.0 / 0.0, NaN unparsed), kv's convention."""
-    from ...judges import refusal_table
 
     wide = refusal_table(judgments, REFUSING)
     return pd.DataFrame(wide.to_numpy(dtype=float, na_value=np.nan), index=wide.index, columns=wide.columns)

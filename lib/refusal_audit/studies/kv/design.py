@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import retention
+from .analysis import arm
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,6 @@ def main_arms(kv) -> list[str]:
     """Every evicting arm of the main condition (harmful prompts, system prompt on) as ``arm@filler``:
     the sink ablation and SnapKV at the main filler, sink_tail at each other filler length; the
     confirmatory family is declared from these (``kv.confirmatory.family``)."""
-    from .analysis import arm
-
     fillers = [kv.filler_tokens] + [f for f in kv.filler_ablation if f != kv.filler_tokens]
     return [f"{arm(pol.name, pol.sink, kv.sink)}@{f}" for f in dict.fromkeys(fillers)
             for pol in policies(kv, "harmful", f, True) if pol.name != "full"]

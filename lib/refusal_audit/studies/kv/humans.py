@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import report
 from ...judges import human
 from ...paths import run_dir, study_dir
-from . import analysis
+from ...pipeline import Run
+from . import analysis, verdicts
 
 STUDY_FILES = {"sheet.csv", "key.csv", "counts.csv"}  # what the judge stage writes there; anything else is filled
 
@@ -81,7 +83,8 @@ def collect(p, sheets: list[str]) -> list[Path]:
         if src.name in STUDY_FILES:
             raise ValueError(f"{src}: a filled sheet may not be named {src.name} (the study's own file)")
         dest = where / src.name
-        if src.is_file() and dest.is_file() and dest.resolve() != src.resolve() and dest.read_bytes() != src.read_bytes():
+        if (src.is_file() and dest.is_file() and dest.resolve() != src.resolve()
+                and dest.read_bytes() != src.read_bytes()):
             raise ValueError(f"{src}: {dest} already holds a different sheet of that name; rename one")
     human.read_sheets(srcs, pd.read_csv(key_file, dtype=str), str(key_file))  # every error before any copy
     out = []
@@ -108,16 +111,12 @@ def run(sheets: str, run_name: str, params_file: str) -> list[str]:
     """``make kv-humans SHEETS=a.csv,b.csv RUN=name``: the sheets into the run's annotation folder
     (``collect``), the kv statistics recomputed (``stats/kv/``, ``human_agreement.csv`` among them) and,
     for a finished run, report.html rewritten. Returns the lines to print."""
-    from ... import report
-    from ...pipeline import Run
-    from . import verdict
-
     r = Run(params_file, "kv")
     if run_name:
         r.p.run_name, r.dir = run_name, run_dir(run_name)
     sheets = collect(r.p, [s.strip() for s in sheets.split(",") if s.strip()])
     table = r.analyse()["kv"]["human_agreement"]
-    lines = [f"read {', '.join(str(s) for s in sheets)}", *verdict.human(table),
+    lines = [f"read {', '.join(str(s) for s in sheets)}", *verdicts.human(table),
              f"wrote {r.dir / 'stats' / 'kv' / 'human_agreement.csv'}"]
     if (r.dir / "report.html").is_file():
         lines.append(f"wrote {report.write(r)}")

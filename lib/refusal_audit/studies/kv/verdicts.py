@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import stats
-from . import simulation
+from . import classifier, simulation
 from .analysis import MOVING
+from .params import family
 
 
 def _could_have_seen(g: pd.DataFrame, alpha: float, family_size: int) -> str:
@@ -140,8 +141,6 @@ def blind_spots(p, spots: pd.DataFrame | None) -> list[str]:
     changed under eviction while every judge's label stayed, or while every judge flipped together."""
     if spots is None or spots.empty:
         return []
-    from . import family
-
     kv = p.studies["kv"]
     members = {tuple(e.rsplit("@", 1)) for e in family(kv)}
     main = spots[(spots["role"] == "harmful") & spots["system_prompt"].astype(bool)]
@@ -173,7 +172,8 @@ def human(table: pd.DataFrame | None) -> list[str]:
     parts = []
     for r in judges.itertuples():
         part = f"{r.versus} agrees with {r.rater} on {r.agreement:.1%} of {int(r.n)} (kappa {r.kappa:.2f})"
-        own = table[rows.str.startswith(f"{r.versus} vs ") & (table["rater"] == r.rater) & (table["versus"] == r.versus)]
+        own = table[rows.str.startswith(f"{r.versus} vs ") & (table["rater"] == r.rater)
+                    & (table["versus"] == r.versus)]
         if len(own):
             o = own.iloc[0]
             part += f", on {o['agreement']:.1%} of the {int(o['n'])} rows where it disagrees with the monitor"
@@ -193,8 +193,6 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     conf = tables["confirmatory"]
     if conf.empty:
         return ["kv: no confirmatory test could run (no harmful prompt under the main condition)."]
-    from . import classifier, family
-
     c = p.studies["kv"].confirmatory
     wrapper = classifier.status(p) if f"llm_{classifier.QUESTION}" in (c.monitor, c.reference) else None
     return (confirmatory(p, conf, len(family(p.studies["kv"])))
@@ -204,125 +202,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             + human(tables.get("human_agreement")))
 
 
-# --- the verdict table (issue 49's contract): one row per verdict, every cell a non-empty string ------------------
-QUESTION = "Does eviction soften refusals (monitor falls, reference holds)?"
-QUESTION_CALIBRATION = "Is the claim's family-wise false-positive rate within alpha?"
-
-
-def _calibration_cells(p, cal: pd.DataFrame | None, n: int) -> tuple[str, str, pd.DataFrame | None]:
-    """(fpr cell, a note, the calibration rows at n) from the calibration table."""
-    if cal is None or cal.empty:
-        return "not computed: no calibration table (run the kv analysis)", "", None
-    at = cal[cal["n"] == n] if (cal["n"] == n).any() else cal[cal["n"] == cal["n"].min()]
-    null = at[at["kind"] == simulation.NULL]
-    worst = null.loc[null["familywise_claim"].idxmax()]
-    return (f"{worst['familywise_claim']:.1%} (worst of {len(null)} null scenarios: {worst['scenario']}; "
-            f"{int(worst['reps'])} simulated runs of the {int(worst['family_size'])}-member family at n = "
-            f"{int(worst['n'])})", "", at)
-
-
-def _power_cell(at: pd.DataFrame | None, g: pd.DataFrame, positive: bool, family_size: int) -> str:
-    if positive:
-        if at is None:
-            return "not computed: no calibration table"
-        alt = at[at["kind"] == "alternative"]
-        return "; ".join(f"{r.familywise_claim:.2f} at {r.difference:+.2f} ({r.scenario}, family-wise, n = {int(r.n)})"
-                         for r in alt.iloc[:3].itertuples())
-    quiet = g[~g["significant"].astype(bool)] if "significant" in g else g
-    mde = quiet["min_significant_difference"].dropna() if "min_significant_difference" in quiet else pd.Series([], dtype=float)
-    if mde.empty:
-        return (f"MDE: none at n = {int(g['n_pairs'].max())} (no difference could reach Holm significance over "
-                f"{family_size} members)")
-    r = quiet.loc[mde.idxmin()]
-    return (f"MDE +{r['min_significant_difference']:.3f} ({int(r['min_significant_pairs'])} of {int(r['n_pairs'])} "
-            f"prompts, difference half; the reference must also hold below {r['margin']:g})")
-
-
-def _answer(g: pd.DataFrame, spots: pd.DataFrame | None) -> str:
-    if g["claimed"].astype(bool).any():
-        return "soft refusals"
-    if g["significant"].astype(bool).any():
-        return "undetermined"  # a monitor difference the reference's own drop can explain (judge accuracy)
-    if spots is not None and len(spots) and int(spots[spots["model"] == g["model"].iloc[0]]["flipped_together"].sum()):
-        return "blind"
-    return "no soft refusals"
-
-
-def _estimate(g: pd.DataFrame) -> str:
-    pick = g[g["claimed"].astype(bool)] if g["claimed"].astype(bool).any() else g
-    r = pick.loc[pick["claim_holm_p"].fillna(2).idxmin()] if pick["claim_holm_p"].notna().any() else pick.iloc[0]
-    return (f"{r['difference']:+.2f} [{r['difference_lo']:+.2f}, {r['difference_hi']:+.2f}] ({r['monitor']} - "
-            f"{r['reference']} drop, {r['family_member']}, n = {int(r['n_pairs'])}); reference drop "
-            f"{r['reference_drop']:+.2f} [{r['reference_drop_lo']:+.2f}, {r['reference_drop_hi']:+.2f}] against margin "
-            f"{r['margin']:g}; claim Holm p {r['claim_holm_p']:.3g}")
-
-
-def rows(p, tables: dict[str, pd.DataFrame]) -> list[dict]:
-    """One row per model (primary, positive control, null control), per simulated moving null (null control)
-    and one calibration row, from ``confirmatory``, ``null_controls``, ``calibration`` and ``blind_spots``."""
-    from . import classifier, family
-
-    kv = p.studies["kv"]
-    conf, nulls, cal = tables.get("confirmatory"), tables.get("null_controls"), tables.get("calibration")
-    m = len(family(kv))
-    base = {"study": "kv"}
-    if conf is None or conf.empty or "claimed" not in conf:
-        return [base | {"system": ", ".join(kv.models or [kv.model]), "role": "primary", "question": QUESTION,
-                        "answer": "not computed", "estimate": "not computed: no confirmatory table (run make all "
-                        "STUDIES=kv)", "fpr": "not computed: no calibration table", "power": "not computed",
-                        "controls": "not run"}]
-    n = int(conf["n_pairs"].max())
-    fpr, _, at = _calibration_cells(p, cal, n)
-    # the controls' state in words, shared by every row
-    state = []
-    if kv.positive_control in set(conf["model"]):
-        hit = bool(conf[conf["model"] == kv.positive_control]["claimed"].any())
-        state.append("positive control " + ("recovered" if hit else "NOT recovered"))
-    if kv.null_control in set(conf["model"]):
-        hit = bool(conf[conf["model"] == kv.null_control]["claimed"].any())
-        state.append("null control " + ("NOT as expected (called)" if hit else "not rejected (as expected)"))
-    if nulls is not None and len(nulls):
-        for name in MOVING:
-            g = nulls[nulls["control"] == name]
-            if len(g):
-                hit = bool(g["claimed"].astype(bool).any())
-                state.append(f"{name.removesuffix(' (simulated)')} " + ("NOT as expected (called)" if hit else
-                                                                         "not rejected (as expected)"))
-    c = kv.confirmatory
-    wrapper = classifier.status(p) if f"llm_{classifier.QUESTION}" in (c.monitor, c.reference) else None
-    if wrapper and "UNVALIDATED" in wrapper:
-        state.append(f"reference judge llm_{classifier.QUESTION} unvalidated")
-    controls = "; ".join(state) or "not run"
-    out = []
-    for model, g in conf.groupby("model", sort=False):
-        role = ("positive control" if model == kv.positive_control else "null control" if model == kv.null_control
-                else "primary")
-        answer = _answer(g, tables.get("blind_spots"))
-        out.append(base | {"system": model, "role": role, "question": QUESTION, "answer": answer,
-                           "estimate": _estimate(g), "fpr": fpr,
-                           "power": _power_cell(at, g, answer == "soft refusals", m), "controls": controls})
-    if nulls is not None and len(nulls):
-        for name in MOVING:
-            g = nulls[nulls["control"] == name]
-            if len(g):
-                answer = _answer(g.assign(model=name), None)
-                out.append(base | {"system": name, "role": "null control", "question": QUESTION, "answer": answer,
-                                   "estimate": _estimate(g), "fpr": fpr, "power": _power_cell(at, g, False, m),
-                                   "controls": controls})
-    if at is not None:
-        null = at[at["kind"] == simulation.NULL]
-        worst = null["familywise_claim"].max()
-        alpha = float(at["alpha"].iloc[0])
-        out.append(base | {"system": "simulation (judgment-level)", "role": "calibration",
-                           "question": QUESTION_CALIBRATION,
-                           "answer": "calibrated" if worst <= alpha else "not calibrated",
-                           "estimate": "; ".join(f"{r.scenario}: {r.familywise_claim:.1%} (difference alone "
-                                                 f"{r.familywise_difference:.1%})" for r in null.itertuples()),
-                           "fpr": fpr, "power": _power_cell(at, conf, True, m), "controls": controls})
-    return out
-
-
-# --- what the positive control is keyed to, from the measured arms (issue 46) -------------------------------------
+# --- what the positive control is keyed to, from the measured arms -----------------------------------------------
 # the arms' expected style under two readings of the control: keyed to the system span's own cache entries, or to
 # the sink_tail eviction pattern it was trained on (hard unless a sink_tail gap cuts the cache)
 KEYED = {"span": {"full": "hard", "sink_tail(sink=64)": "hard", "sink_tail(sink=128)": "hard", "sink_span": "hard",
