@@ -1,4 +1,5 @@
-"""The same-meaning rule measured (how often "cosine > theta" is right about the meaning of two prompts): embed the labelled cross-cluster pairs of
+"""The same-meaning rule measured (how often "cosine > theta" is right about the meaning of two prompts): embed the
+labelled cross-cluster pairs of
 ``data/confusion/same_meaning_pairs.csv`` with the study's encoder and write
 ``lib/refusal_audit/assets/same_meaning_pairs_scored.csv`` (ids, labels, cosines; no text), then print
 precision, recall and F1 of "cosine > theta" over a grid of theta. The run reads the scored table.

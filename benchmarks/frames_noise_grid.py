@@ -1,7 +1,8 @@
 """The frames noise criterion's simulation grid at the default run's and the paper roster's designs
 (``stats.simulate_noise_grid``; DEFINITIONS.md "Beyond paraphrase noise"): per design and subset, the
 item count, the decodes per cell and the declared family's size read from the params file, and the grid
-(frame effect 0-0.8 incl. the seed's 3.6 and 11.8 points x random-sign swing SD 0-0.9, 300 replicates; the mean-square noise comparison and the primary contrast). Writes
+(frame effect 0-0.8 incl. the seed's 3.6 and 11.8 points x random-sign swing SD 0-0.9, 300 replicates; the
+mean-square noise comparison and the primary contrast). Writes
 ``benchmarks/frames_noise_grid.csv`` and prints the size (largest share called beyond over the null cells)
 and the power at each design, with the CPU seconds each grid took.
 

@@ -52,7 +52,7 @@ def main() -> None:
             run = pipeline.Run(args.params, name)
             run.models = everything.models
             if stage == "items":  # the items alone; the audit of every study's items once, below
-                timed(stage, name, lambda: run._stage("items", lambda n, s: s.items(run.p)))
+                timed(stage, name, lambda run=run: run._stage("items", lambda n, s, run=run: s.items(run.p)))
             else:
                 timed(stage, name, getattr(run, stage))
         if stage == "items":

@@ -58,7 +58,8 @@ CS = (DRIFT + SHIFT + CONTRAST) / 3
 def test_pair_signals_by_hand():
     assert M.token_drift(A1.hidden, R.hidden) == pytest.approx(DRIFT)
     assert M.token_drift(A1.hidden, R.hidden, "greedy_a_to_r") == pytest.approx(DRIFT_A_TO_R)
-    assert M.token_drift(A1.hidden, R.hidden, "mean") == pytest.approx(1 - (0.5 * 2 / 3) / (SQ * 2 / 3))  # means (.5, .5), (2/3, 0)
+    # means (.5, .5), (2/3, 0)
+    assert M.token_drift(A1.hidden, R.hidden, "mean") == pytest.approx(1 - (0.5 * 2 / 3) / (SQ * 2 / 3))
     assert M.next_token_shift([0.5, 0.5, 0], [0, 0.5, 0.5]) == pytest.approx(SHIFT)
     assert M.next_token_shift([0.5, 0.5, 0], [0, 0.5, 0.5], "tv") == pytest.approx(0.5)
     assert M.perplexity_contrast(A1.token_logprobs, R.token_logprobs) == pytest.approx(CONTRAST)

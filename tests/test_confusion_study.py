@@ -813,7 +813,8 @@ def test_bad_decisions_stop_before_any_work(tmp_path, monkeypatch, decisions, me
     path = write(tmp_path, USER_FILE)
     (tmp_path / "guard.csv").write_text(decisions)
     with pytest.raises(ValueError, match=message):
-        C.run_user_clusters(str(path), [], "bad", str(user_params(tmp_path)), str(tmp_path / "guard.csv"), pool=NoLoad(None, None))
+        C.run_user_clusters(str(path), [], "bad", str(user_params(tmp_path)), str(tmp_path / "guard.csv"),
+                            pool=NoLoad(None, None))
 
 
 def test_the_paraphraser_hook(embedded, tmp_path):

@@ -90,7 +90,8 @@ def test_the_confirmatory_table_holds_the_control_in_the_declared_family(recover
     risk-difference refit's small-sample sandwich is undefined, a failed fit that counts in the family.
     Whether Holm over the family recovers it on the default run is read off stats/frames/confirmatory.csv.)"""
     t = recovered["confirmatory"]
-    r = t[(t["judge"] == "outcome") & (t["outcome"] == "refusal") & (t["subset"] == "non_harmful")].set_index(["model", "contrast"])
+    r = t[(t["judge"] == "outcome") & (t["outcome"] == "refusal") & (t["subset"] == "non_harmful")]
+    r = r.set_index(["model", "contrast"])
     for contrast in ("E-N", "E-D"):
         control_row = r.loc[(CONTROL, contrast)]
         assert control_row["confirmatory"] and control_row["delta"] > 0, control_row
@@ -143,4 +144,5 @@ def test_a_fresh_run_of_two_preregistered_items_gives_the_committed_replies(tmp_
     key = ["model", "item_id", "frame", "paraphrase", "temperature", "seed"]
     both = fresh[key + ["reply_sha256"]].merge(committed, on=key, suffixes=("", "_committed"))
     assert len(fresh) == len(both) == 2 * 3 * 2 * 7
-    assert (both["reply_sha256"] == both["reply_sha256_committed"]).all(), both[both["reply_sha256"] != both["reply_sha256_committed"]]
+    differs = both["reply_sha256"] != both["reply_sha256_committed"]
+    assert not differs.any(), both[differs]

@@ -271,7 +271,8 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     sentences = analysis.verdicts(t, 0.05)
     assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and "DIVERGENCE" in v
                                         and ": significant; secondary: beyond" in v for v in sentences)
-    assert (r.loc[("all", "m1", "E-N"), "divergence"], r.loc[("all", "m0", "E-N"), "divergence"]) == ("divergence", "no divergence")
+    got = (r.loc[("all", "m1", "E-N"), "divergence"], r.loc[("all", "m0", "E-N"), "divergence"])
+    assert got == ("divergence", "no divergence")
     # the shared-slope sensitivity rows are exploratory (outside the family), one per declared interaction
     sens = t[t["contrast"].str.endswith(analysis.SHARED)]
     assert len(sens) == 2 * 2 and not sens["confirmatory"].any() and sens["p_holm"].isna().all()
@@ -419,7 +420,8 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
 
 
 @pytest.mark.parametrize("section,message", [
-    ({"confirmatory": {"outcomes": ["refusal", "jailbroken"]}}, r"frames.confirmatory.outcomes: expected an outcome the declared judges \['outcome'\] emit"),
+    ({"confirmatory": {"outcomes": ["refusal", "jailbroken"]}},
+     r"frames.confirmatory.outcomes: expected an outcome the declared judges \['outcome'\] emit"),
     ({"confirmatory": {"judges": ["keyword"], "outcomes": ["harmful_compliance"]}}, "frames.confirmatory.outcomes"),
     ({"base_of": {"b9": "m0"}}, r"frames.base_of.b9: expected a base model of frames.models"),
     ({"base_of": {"b0": "m7"}}, r"frames.base_of.b0: expected its instruct model"),
@@ -433,7 +435,8 @@ def test_the_gee_reference_frame_does_not_change_the_contrasts():
     ({"familiarity_quantile": 1.2}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"familiarity_quantile": 0.3}, r"^x.yaml: frames.familiarity_quantile: expected a number in \[0.5, 1\)"),
     ({"kappa_floor": 1.5}, r"^x.yaml: frames.kappa_floor: expected a number in \[0, 1\]"),
-    ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}}, "frames.confirmatory: expected a family with at least one test"),
+    ({"interaction_reference": "", "base_of": None, "confirmatory": {"contrasts": []}},
+     "frames.confirmatory: expected a family with at least one test"),
 ])
 def test_bad_confirmatory_params_stop_at_load(registered, section, message):
     section = {k: v for k, v in section.items() if v is not None}

@@ -28,7 +28,8 @@ def policies_of(row):
 def test_rows_follow_the_contract_and_resume(embedded, table, tmp_path, monkeypatch):
     model, tok = embedded
     store = ShardStore(tmp_path)
-    first = generation.run(model, tok, "smollm2-135m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
+    first = generation.run(model, tok, "smollm2-135m", table, policies_of, store, [generation.Decoding(max_new_tokens=5)],
+                           batch_rows=2)
     assert list(first.columns) == CORE_COLUMNS == CONTRACT  # the core only: the caller carries no column of its own
     carried = generation.run(model, tok, "smollm2-135m", table, policies_of, store,
                              [generation.Decoding(max_new_tokens=5)], batch_rows=2, carry=("filler_tokens", "query"))
@@ -55,11 +56,13 @@ def test_rows_follow_the_contract_and_resume(embedded, table, tmp_path, monkeypa
 
     monkeypatch.setattr(generation, "decode", dying)
     with pytest.raises(KeyboardInterrupt):
-        generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
+        generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)],
+                       batch_rows=2)
     assert len(list(again.folder.glob("*.parquet"))) == 2
     assert not list(again.folder.glob(".*"))  # nothing half-written
     calls["n"] = 10  # the rerun decodes only the missing batch
-    resumed = generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)], batch_rows=2)
+    resumed = generation.run(model, tok, "smollm2-135m", table, policies_of, again, [generation.Decoding(max_new_tokens=5)],
+                             batch_rows=2)
     assert calls["n"] == 11
     pd.testing.assert_frame_equal(resumed, first)
 
@@ -301,7 +304,7 @@ def test_a_batched_prefill_equals_one_prefill_per_prompt(embedded, tmp_path):
             mp.setattr(generation, "PREFILL_BATCH_PROMPTS", cap)
             calls = []
             real = generation.prefill_batch
-            mp.setattr(generation, "prefill_batch", lambda m, p: calls.append(len(p)) or real(m, p))
+            mp.setattr(generation, "prefill_batch", lambda m, p, calls=calls, real=real: calls.append(len(p)) or real(m, p))
             runs[cap] = generation.run(model, tok, "m", table, lambda row: [retention.make("full")],
                                        ShardStore(tmp_path / str(cap)), [generation.Decoding(0.0, 0, 10)])
             assert calls == ([] if cap == 1 else [3])
@@ -518,7 +521,7 @@ def test_rows_sharing_a_filler_decode_as_they_do_alone(embedded, monkeypatch):
     assert 300 <= shared < min(p.length for p in pres)
     assert (step_logits(model, pres, shared, [42] * 3) - step_logits(model, pres, 0, [42] * 3)).abs().max() < 1e-3
     for d in (generation.Decoding(0.0, 0, 12), generation.Decoding(0.8, 2, 12)):
-        def rows():
+        def rows(d=d):
             return [generation.Row(retention.evict(p.cache, None), p.length, p.last_logits, d, sample_key=f"r{i}")
                     for i, p in enumerate(pres)]
         batched = generation.decode(model, rows(), eos)

@@ -146,10 +146,16 @@ def test_what_the_test_cannot_see_is_counted_and_said():
     keyword monitor reads as compliance (a disagreement, which the test sees): the verdict says 10 flipped together
     and 6 kept, per arm and in all; neither an unchanged reply nor a disagreement is a blind spot."""
     n = 24
-    text = lambda i: ("I cannot help with that." if 16 <= i < 20 else "Let's talk about gardening." if i < 10
-                      else "I won't do that.")
-    keyword = lambda i: "non_refusal" if i < 10 or i >= 20 else "refusal"
-    learned = lambda i: "non_refusal" if i < 10 else "refusal"
+
+    def text(i):
+        return "I cannot help with that." if 16 <= i < 20 else "Let's talk about gardening." if i < 10 else "I won't do that."
+
+    def keyword(i):
+        return "non_refusal" if i < 10 or i >= 20 else "refusal"
+
+    def learned(i):
+        return "non_refusal" if i < 10 else "refusal"
+
     gens, judged = _replies(n, text, "refusal", keyword, learned_label=learned)
     changes = analysis.reply_changes(gens, judged, 4)
     assert changes["changed"].sum() == 20 and changes["flipped_together"].sum() == 10

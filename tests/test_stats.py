@@ -185,7 +185,7 @@ def clustered_frames(n_items, seed, frame_effect=(1.0, -0.5), sd_item=1.0, decod
     for i in range(n_items):
         for f in "EDN":
             for r in "AB":
-                for d in range(decodes):
+                for _ in range(decodes):
                     rows.append({"item": f"it{i:03d}", "frame": f, "paraphrase": r, "c": c[i],
                                  "eta": -0.3 + u[i] + beta_e * (f == "E") + beta_d * (f == "D") + 0.2 * (r == "B")})
     df = pd.DataFrame(rows)

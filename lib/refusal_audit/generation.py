@@ -609,13 +609,13 @@ def run(model, tokenizer, model_name: str, prompts: pd.DataFrame,
         nonlocal new_tokens
         kept = [row.cache.layers[0].keys.shape[2] for *_, row in group]
         if answer_cue:
-            for (pol, d, key, row), n_kept, choice in zip(group, kept, choose_after_cue(
+            for (_, _, key, _), n_kept, choice in zip(group, kept, choose_after_cue(
                     model, [row for *_, row in group], answer_cue[0], choice_ids)):
                 record(key, n_kept, answer_cue[1][choice], 1, "choice")
             group.clear()
             return
         results = decode(model, [row for *_, row in group], eos)
-        for (pol, d, key, row), n_kept, (tokens, finish) in zip(group, kept, results):
+        for (_, _, key, _), n_kept, (tokens, finish) in zip(group, kept, results):
             record(key, n_kept, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), finish)
             new_tokens += len(tokens)
         bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - started):.1f}")

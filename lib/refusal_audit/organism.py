@@ -196,7 +196,7 @@ def clean_against_evaluation(prompts: list[str], threshold: float) -> tuple[list
     """Drop every prompt that is an exact or near duplicate of an evaluation prompt; returns the
     kept prompts and the audit of what was dropped."""
     drop = set()
-    for name, texts in evaluation_prompts().items():
+    for texts in evaluation_prompts().values():
         drop |= {i for i, _ in exact_overlap(prompts, texts)}
         drop |= set(near_duplicates(prompts, texts, threshold)["train_index"])
     kept = [p for i, p in enumerate(prompts) if i not in drop]

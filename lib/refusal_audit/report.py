@@ -174,7 +174,8 @@ def write(run) -> Path:
         body, _ = exporter.from_filename(str(nb))
         bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n{body}")
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
-             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top} .testbed{background:#fff3cd;padding:6px}"
+             "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top} "
+             ".testbed{background:#fff3cd;padding:6px}"
              " img{max-width:100%}</style>")
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(p.run_name)}</title>{style}</head>" \
            f"<body>{''.join(head)}{''.join(bodies)}</body></html>"

@@ -14,7 +14,8 @@ of it? A global false-rejection rate scores each prompt alone and cannot see thi
 03 generate: per model, FIRST the token signals of every prompt (one batched forward pass each,
    cached per (model, prompt); ``signals.py``) and from them drift and next-token shift of the pairs
    the metrics may need (``neighbours.signal_pairs``: every same-meaning pair, and each prompt with its
-   ``cover`` nearest prompts that may share its meaning, so that N_k(r) is covered), added once to the run's Parquet pair table keyed by content hash
+   ``cover`` nearest prompts that may share its meaning, so that N_k(r) is covered), added once to the run's Parquet
+   pair table keyed by content hash
    (``pairs.py``); THEN greedy replies from the shared engine.
 04 judge: the refusal judges named in ``confusion.judges``; each gives its own ACCEPT / REJECT set.
 05 analyse: per arm (model x judge), neighbourhoods over the model's whole corpus (blocked exact
@@ -354,7 +355,8 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None, known=None) -> d
     batched forward pass per prompt (cached per (model, layer, tokens)), then the pair signals of the
     pairs the metrics may need (``neighbours.signal_pairs`` over the model's prompts at corpus scope),
     added to the run's pair table (``pairs_path``, the cache) unless already there; each
-    generation row carries its own pairs (``pairs.nest``), so the statistics need no other file. Every model's signals are computed before
+    generation row carries its own pairs (``pairs.nest``), so the statistics need no other file. Every model's
+    signals are computed before
     any reply is generated, so a model without hidden states stops the stage before any work."""
     from ...encoder import embed
     from . import neighbours, pairs, signals
@@ -518,7 +520,8 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        + (f"{analysis.null_answer(n)}. " if n is not None else "")
                        + f"FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " " + _theta_words(p, tables.get("same_meaning_rule"))
+                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " "
+                       + _theta_words(p, tables.get("same_meaning_rule"))
                        + extra + every)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
@@ -727,7 +730,9 @@ def _controls_words(ctl: pd.DataFrame) -> str:
             parts.append(f"{name}: not run (no pair of the kind above theta in this corpus)")
             continue
         v = t.set_index(["scope", "statistic"])
-        got = lambda scope, stat: int(v.loc[(scope, stat), "found"])
+
+        def got(scope, stat, v=v):
+            return int(v.loc[(scope, stat), "found"])
         what = (f"corpus scope finds {got('corpus', 'n_confused')} of {got('corpus', 'n_rejected')} rejections "
                 f"confused by the other cluster, cluster scope {got('cluster', 'n_confused')}"
                 if name == "cross_cluster" else
@@ -743,7 +748,8 @@ def _controls_words(ctl: pd.DataFrame) -> str:
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
-    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, a known label of the pair of clusters (twin or look-alike), else cosine > tau {c.gates.tau}; "
+    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, "
+            f"a known label of the pair of clusters (twin or look-alike), else cosine > tau {c.gates.tau}; "
             f"k {c.metrics.k}, scope "
             f"{c.metrics.scope}; gates tau {c.gates.tau}, delta {c.gates.delta}; bootstrap 95 % CIs over intents; "
             f"run {p.run_name!r}. Aggregates only: no reply is shown.")
@@ -791,8 +797,10 @@ def reporting(p) -> dict[str, str]:
             "judge gives its own decision set:\n\n" + "\n".join(lines) + "\n\n"
             f"**Confusion event**: an accepted a and a rejected r (scope `{m.scope}`) of the same meaning: the same "
             f"cluster (both passed the gate against its seed) or, in another cluster of the same intended label, MiniLM "
-            f"cosine sim(a, r) > theta = the gate's tau {g.tau}. **Confusion Rate**: rejected prompts with at least one event / rejected prompts (0 without "
-            f"rejections). **Confusion Index** CI(r) (the paper's): mean over N_k(r), the k = {m.k} nearest accepted prompts of the corpus (same cluster or label), of CS(a, r) = weighted mean ({m.weights}) of token drift "
+            f"cosine sim(a, r) > theta = the gate's tau {g.tau}. **Confusion Rate**: rejected prompts with at least "
+            f"one event / rejected prompts (0 without rejections). **Confusion Index** CI(r) (the paper's): mean over "
+            f"N_k(r), the k = {m.k} nearest accepted prompts of the corpus (same cluster or label), of CS(a, r) = "
+            f"weighted mean ({m.weights}) of token drift "
             f"({m.alignment} alignment of layer {m.layer} hidden states, user-turn tokens), next-token shift "
             f"({m.shift} of the first reply token's distributions) and perplexity contrast (1 - exp(-|delta log "
             f"ppl| / {m.contrast_scale})). **Confusion Depth** ({m.depth_method}, {m.depth_k} neighbours): how far "

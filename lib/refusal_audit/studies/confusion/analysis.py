@@ -526,7 +526,7 @@ def gate_rates(items: pd.DataFrame, alpha: float) -> pd.DataFrame:
                                              & d["gate_safety"])
     parts = []
     for gate in ("gate_cosine", "gate_jaccard", "gate_safety", "gate_all"):
-        for scope, d in [("all", para.assign(_scope="all"))] + [(n, g.assign(_scope=n))
+        for _, d in [("all", para.assign(_scope="all"))] + [(n, g.assign(_scope=n))
                                                                 for n, g in para.groupby("dataset", sort=True)]:
             r = stats.rate_table(d.assign(passed=d[gate].astype(bool)), ["_scope"], "passed", alpha)
             parts.append(r.rename(columns={"_scope": "dataset"}).assign(gate=gate.removeprefix("gate_")))
@@ -620,7 +620,7 @@ def arm_pools(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: M.
         e = np.stack(emb.loc[b["item_id"]].to_numpy()).astype(np.float64)
         e /= np.linalg.norm(e, axis=1, keepdims=True)
         table, ids = (pairs or {}).get(model), b["item_id"].to_numpy()
-        cs_of = None if not table else (lambda a, r, t=table: float(w @ np.asarray(t[(ids[a], ids[r])]) / w.sum())
+        cs_of = None if not table else (lambda a, r, t=table, ids=ids: float(w @ np.asarray(t[(ids[a], ids[r])]) / w.sum())
                                         if (ids[a], ids[r]) in t else np.nan)
         strata = b["dataset"] if "dataset" in b else pd.Series("all", index=b.index)
         yield model, judge, b, nulls.pool(e @ e.T, b["cluster"], b["label"].fillna(""), strata, cp.theta, cp.k,

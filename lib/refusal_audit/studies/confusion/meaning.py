@@ -76,7 +76,11 @@ def precision_recall(same: np.ndarray, cosine: np.ndarray, theta: float, alpha: 
     return out
 
 
-def rule_table(scored: pd.DataFrame, thetas=tuple(np.round(np.arange(0.60, 0.96, 0.025), 3))) -> pd.DataFrame:
+#: The theta grid of the rule table: 0.600 to 0.950 in steps of 0.025.
+THETAS = tuple(np.round(np.arange(0.60, 0.96, 0.025), 3))
+
+
+def rule_table(scored: pd.DataFrame, thetas=THETAS) -> pd.DataFrame:
     """Precision, recall and F1 of "cosine > theta" at each theta of a grid, over all pairs and per label."""
     rows = []
     for group, g in [("all", scored)] + list(scored.groupby("prompt_label", sort=True)):

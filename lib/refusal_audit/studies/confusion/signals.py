@@ -15,7 +15,8 @@ the mask (``cumsum(mask) - 1``), so left padding does not shift positions and re
 one-at-a-time pass up to float rounding. The tokens every prompt of a batch opens with (the chat
 template's header: about half of a short prompt) are computed once and the rest attends to them.
 Results are cached per key (model name, layer, token ids) in memory and, with a directory, on disk as
-one ``.npz`` per key written by atomic rename, so no prompt is recomputed per pair. ``model_name`` must identify the weights and dtype (a params model
+one ``.npz`` per key written by atomic rename, so no prompt is recomputed per pair. ``model_name`` must identify the
+weights and dtype (a params model
 name does); the cache never looks inside the model.
 
 Metrics (``metrics.py``) read these arrays duck-typed and never import torch.

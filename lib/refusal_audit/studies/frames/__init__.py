@@ -599,7 +599,7 @@ def _estimate(r) -> str:
 
 
 def _fpr(rows: pd.DataFrame, shapes) -> str:
-    n, k = int(rows["n_items"].max()), int(rows["family_size"].iloc[0]) if "family_size" in rows else 0
+    n = int(rows["n_items"].max())
     text = (f"{100 * rows['fpr_primary'].max():.1f} % (primary contrast: t-test stand-in for the GEE at frame effect 0, "
             f"worst of 10 swing SDs, 300 draws, {n} items, Holm's strictest step)")
     if shapes is not None:
@@ -705,7 +705,8 @@ def summary(p, stage: str, table) -> list:
                 f"Confirmatory table (`stats/frames/confirmatory.csv`; {fr.cov_type} SEs; definitions in "
                 "`studies/frames/DEFINITIONS.md`):", conf[conf["confirmatory"]][shown].round(4),
                 "Reversals (items against the model's overall sign; items whose sign differs between paraphrases):",
-                table["reversals"], "The noise criterion's simulated size (largest share called beyond where the true frame effect is "
+                table["reversals"],
+                "The noise criterion's simulated size (largest share called beyond where the true frame effect is "
                 "no larger than the true paraphrase swing) and power (beyond noise and significant at Holm's strictest "
                 "step; rows: frame effect, columns: swing SD) at this run's item counts (`stats/frames/noise_simulation.csv`):",
                 *noise_power(table["noise_simulation"]), "**Verdicts** (confirmatory family):",
@@ -822,4 +823,5 @@ class Frames(Study):
     def renders(self, p):
         s = p.studies[NAME]
         ref = s.reference_model or s.models[0]
-        return [Rendering(m, partial(locality_check, wrapper=s.wrapper, frames=s.frames)) for m in dict.fromkeys(s.models + [ref])]
+        check = partial(locality_check, wrapper=s.wrapper, frames=s.frames)
+        return [Rendering(m, check) for m in dict.fromkeys(s.models + [ref])]

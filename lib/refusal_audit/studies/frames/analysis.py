@@ -278,7 +278,8 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
     SE, CI, p; the mean Delta; the paraphrase-noise test; Holm over the declared family; the flag),
     ``reversals`` and ``noise_simulation`` (the noise test's size and power at this run's item count)."""
     fr, s = p.studies[NAME], p.stats
-    pairs = [tuple(k.split("-")) for k in dict.fromkeys(fr.confirmatory.contrasts + ["-".join(x) for x in pairs_of(list(fr.frames))])]
+    names = fr.confirmatory.contrasts + ["-".join(x) for x in pairs_of(list(fr.frames))]
+    pairs = [tuple(k.split("-")) for k in dict.fromkeys(names)]
     ref = fr.reference_frame
     term = f"C(frame, Treatment('{ref}'))"
     formula = FORMULA.format(ref=ref)
@@ -438,7 +439,8 @@ def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
             continue
         sig = "significant" if r["p_holm"] < alpha else "not significant"
         holm = f"Holm p = {r['p_holm']:.3g}"
-        if "estimate" in r and pd.notna(r.get("estimate")) and "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x")):
+        pairwise = "-" in r["contrast"] and not r["contrast"].startswith(("H3", "frame x"))
+        if "estimate" in r and pd.notna(r.get("estimate")) and pairwise:
             noise = ("beyond paraphrase noise" if bool(r["beyond_noise"]) else
                      "not beyond paraphrase noise") if pd.notna(r["beyond_noise"]) else "noise test not computable"
             found = r["p_holm"] < alpha
@@ -570,6 +572,7 @@ def harm_agreement(d: pd.DataFrame) -> pd.DataFrame:
             for on, g in (("all replies", h), ("replies to harmful requests", h[h["harmful_request"]])):
                 both = g[[MAIN_JUDGE, other]].dropna().astype(bool)
                 rows.append({"judge_a": MAIN_JUDGE, "judge_b": other, "outcome": "harmful_compliance", "on": on,
-                             "n": len(both), "agreement": float((both[MAIN_JUDGE] == both[other]).mean()) if len(both) else np.nan,
+                             "n": len(both),
+                             "agreement": float((both[MAIN_JUDGE] == both[other]).mean()) if len(both) else np.nan,
                              "kappa": stats.cohen_kappa(both[MAIN_JUDGE], both[other]) if len(both) else np.nan})
     return pd.DataFrame(rows, columns=["judge_a", "judge_b", "outcome", "on", "n", "agreement", "kappa"])

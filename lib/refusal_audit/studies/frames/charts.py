@@ -56,7 +56,8 @@ def verdict(conf: pd.DataFrame, alpha: float, text: str):
     y = np.arange(len(t))[::-1]
     sig = (t["p_holm"] < alpha).to_numpy()
     fig, ax = plt.subplots(1, 3, figsize=(13, 0.22 * len(t) + 1.6), sharey=True, gridspec_kw={"width_ratios": [3, 1.4, 2]})
-    for k, (est, lo, hi) in enumerate([("estimate", "ci_lo", "ci_hi"), (None, None, None), ("noise_margin", "noise_lo", "noise_hi")]):
+    panels = [("estimate", "ci_lo", "ci_hi"), (None, None, None), ("noise_margin", "noise_lo", "noise_hi")]
+    for k, (est, lo, hi) in enumerate(panels):
         if est is None:
             ax[k].axvspan(0, alpha, color="tab:green", alpha=0.15, lw=0)
             ax[k].scatter(t["p_holm"].clip(lower=1e-4), y, c=np.where(sig, "tab:red", "0.4"), s=14)

@@ -8,7 +8,8 @@ log-probability (tokens after the first; the text alone, no chat template). High
 score of the PUBLIC source text (the benchmark's wording, which pretraining may have seen), read
 against a reference, the same score on the item's two paraphrased requests (written for this project,
 so unseen): "familiar" = source above its reference by more than a margin from the null reference
-distribution (``per_item``); the bodies' score is kept beside it. The lexical half (overlap with the project's training pools) comes from
+distribution (``per_item``); the bodies' score is kept beside it. The lexical half (overlap with the project's
+training pools) comes from
 ``contamination.audit_pool``.
 """
 from __future__ import annotations

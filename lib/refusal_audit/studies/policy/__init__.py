@@ -591,8 +591,8 @@ def summary(p, stage: str, table) -> list:
             gv = table["guard_verdict"]
             shown += ["**Which policy each guard follows** (disputed clean benchmark items; its position per direction "
                       "between its own flag rates on the undisputed items of the same dataset and format (group) that both "
-                      "policies call safe (0) and unsafe (1), toward A; `stats.policy_verdict`; the arms at the run seed, the synthetic guards of known answer, "
-                      "released guards):",
+                      "policies call safe (0) and unsafe (1), toward A; `stats.policy_verdict`; the arms at the run "
+                      "seed, the synthetic guards of known answer, released guards):",
                       gv[~gv["guard"].str.contains("|", regex=False)][
                           ["guard", "kind", "last_signal", "n_a_stricter", "n_b_stricter", "flag_both_safe",
                            "flag_both_unsafe", "pos_a_stricter", "pos_a_stricter_lo", "pos_a_stricter_hi",
@@ -677,7 +677,8 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     fig = charts.guard_position(
         shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (seed floor of their agreement "
                f"with A {floor:.2f}) and the guard(s) of {Path(verdicts_file).name}; {int(theirs['n_disputed'].max())} "
-               f"disputed {'clean benchmark items' if scope == 'benchmark' else 'items of the whole pool'} (binary labels of A and B differ); position between the guard's own "
+               f"disputed {'clean benchmark items' if scope == 'benchmark' else 'items of the whole pool'} "
+               "(binary labels of A and B differ); position between the guard's own "
                f"flag rates on the undisputed items of the same dataset and format; {1 - alpha:.0%} Jeffreys-posterior "
                "intervals.", verdict.MARGIN)
     save(fig, "guard_verdict", [folder])
@@ -945,4 +946,5 @@ class Policy(Study):
             _guard_verdict_command)}
 
     def renders(self, p):
-        return [Rendering(g.model, partial(guard_template_check, system=g.system, risk_name=g.risk_name)) for g in p.studies[NAME].guards]
+        return [Rendering(g.model, partial(guard_template_check, system=g.system, risk_name=g.risk_name))
+                for g in p.studies[NAME].guards]

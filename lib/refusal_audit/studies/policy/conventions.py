@@ -8,9 +8,9 @@ A guard's raw output (a generation row's ``reply``) is parsed by its convention'
 | convention | raw output | middle class | probability |
 |---|---|---|---|
 | ``arm4`` (this study's arms) | one of the four classes | ``BOUNDARY_SAFE`` | P(HARMFUL) + P(COMPOUND) |
-| ``llama_guard`` (Llama Guard 3) | ``safe`` / ``unsafe`` + S-codes | none | first verdict token: P(unsafe) / (P(unsafe) + P(safe)) |
+| ``llama_guard`` (Llama Guard 3) | ``safe`` / ``unsafe`` + S-codes | none | P(unsafe)/(P(unsafe)+P(safe)), first verdict token |
 | ``qwen3guard`` (Qwen3Guard-Gen) | ``Safety: Safe / Controversial / Unsafe`` | ``Controversial`` | none |
-| ``granite_guardian`` (Granite Guardian) | ``Yes`` / ``No`` | none | first verdict token: P(Yes) / (P(Yes) + P(No)) |
+| ``granite_guardian`` (Granite Guardian) | ``Yes`` / ``No`` | none | P(Yes)/(P(Yes)+P(No)), first verdict token |
 
 Modes (one judgment row each, ``judge`` = the mode's name):
 

@@ -700,7 +700,8 @@ def sentences(table: pd.DataFrame, alpha: float, pairs: pd.DataFrame | None = No
                    f"(distance {r.distance:.2f}; seed floor {r.seed_floor:.2f})")
         scope = getattr(r, "scope", "benchmark")
         scope = SCOPES.get(scope if isinstance(scope, str) else "benchmark", scope)
-        out.append(f"**{r.guard}** follows **{r.follows}** ({r.reason}): scored on {scope}, {r.n_items} items; it flags {r.flag_both_safe:.0%} of the items "
+        out.append(f"**{r.guard}** follows **{r.follows}** ({r.reason}): scored on {scope}, {r.n_items} items; "
+                   f"it flags {r.flag_both_safe:.0%} of the items "
                    f"both policies call safe and {r.flag_both_unsafe:.0%} of those both call unsafe; "
                    + "; ".join(where) + f" (0 = as B labels them, 1 = as A, against the guard's own rates on the "
                    f"undisputed items of each pair's dataset and format; {1 - alpha:.0%} Jeffreys-posterior interval; "
