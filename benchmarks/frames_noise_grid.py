@@ -20,8 +20,9 @@ import pandas as pd  # noqa: E402
 
 from refusal_audit import config, stats  # noqa: E402
 from refusal_audit.paths import ROOT  # noqa: E402
-from refusal_audit.studies.frames import analysis  # noqa: E402
+from refusal_audit.studies.frames import confirmatory  # noqa: E402
 from refusal_audit.studies.frames import items as frame_items
+from refusal_audit.studies.frames import params as fparams  # noqa: E402
 
 OUT = Path(__file__).with_suffix(".csv")
 
@@ -39,9 +40,9 @@ def designs():
         safe = 1 - border["category"].astype(str).str.startswith("contrast_").mean() if len(border) else 0
         non_harmful = round(counts.get("benign", 0) + counts.get("borderline", 0) * safe)
         kinds = {"outcome": "outcome", fr.second_judge: "refusal", "learned_harmful": "harmful"}
-        family = len(analysis.declared_family(fr, kinds))
+        family = len(fparams.declared_family(fr, kinds))
         for subset, n in (("all", drawn), ("non_harmful", non_harmful)):
-            yield name, subset, n, analysis.n_decodes(fr), family
+            yield name, subset, n, confirmatory.n_decodes(fr), family
 
 
 def main():

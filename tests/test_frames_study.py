@@ -9,7 +9,8 @@ import pytest
 from refusal_audit import config, stats, studies
 from refusal_audit.paths import DATA_DIR
 from refusal_audit.studies import frames as F
-from refusal_audit.studies.frames import analysis, familiarity
+from refusal_audit.studies.frames import analysis, confirmatory, familiarity
+from refusal_audit.studies.frames import params as fparams
 from refusal_audit.studies.frames import wrapper as W
 
 ITEMS = DATA_DIR / "frames" / "items.csv"
@@ -227,7 +228,7 @@ def planted3(n_items=30, effect=0.4, seed=0):
 
 def test_contrasts_find_a_planted_effect():
     d = planted().assign(cluster=lambda x: x["item_id"])
-    _, con = analysis.contrasts(d, analysis.pairs_of(["E", "D", "N"]), 500, 0, 0.05)
+    _, con = analysis.contrasts(d, fparams.pairs_of(["E", "D", "N"]), 500, 0, 0.05)
     c = con.set_index(["model", "contrast"])
     assert c.loc[("m1", "E-N"), "ci_lo"] > 0.2 and c.loc[("m1", "E-D"), "ci_lo"] > 0.2
     assert c.loc[("m1", "D-N"), "ci_lo"] < 0 < c.loc[("m1", "D-N"), "ci_hi"]
@@ -244,7 +245,7 @@ def test_contrasts_find_a_planted_effect():
 
 def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_declared_family():
     p = three_models()
-    out = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})
+    out = confirmatory.confirmatory(p, planted3(), {"outcome": "outcome"})
     t = out["confirmatory"]
     conf = t[t["confirmatory"]]
     # declared: per subset, 3 models x 3 contrasts + 1 interaction (m1 vs m0) + 1 H3 (b0 vs m0) = 11 tests, for
@@ -268,13 +269,13 @@ def test_confirmatory_table_recovers_a_planted_effect_and_holm_runs_over_the_dec
     assert not t[~t["confirmatory"]]["p_holm"].notna().any()   # exploratory rows: uncorrected
     rev = out["reversals"].set_index(["subset", "model", "contrast"])
     assert rev.loc[("all", "m1", "E-N"), "n_items"] == 30 and rev.loc[("all", "m1", "E-N"), "n_reversed"] <= 3
-    sentences = analysis.verdicts(t, 0.05)
+    sentences = confirmatory.verdicts(t, 0.05)
     assert len(sentences) == 33 and any("m1, refusal" in v and "E-N" in v and "DIVERGENCE" in v
                                         and ": significant; secondary: beyond" in v for v in sentences)
     got = (r.loc[("all", "m1", "E-N"), "divergence"], r.loc[("all", "m0", "E-N"), "divergence"])
     assert got == ("divergence", "no divergence")
     # the shared-slope sensitivity rows are exploratory (outside the family), one per declared interaction
-    sens = t[t["contrast"].str.endswith(analysis.SHARED)]
+    sens = t[t["contrast"].str.endswith(confirmatory.SHARED)]
     assert len(sens) == 2 * 2 and not sens["confirmatory"].any() and sens["p_holm"].isna().all()
     # the report's verdict: the significant and the untestable tests in words, one line for the rest
     said = F.verdicts(SimpleNamespace(stats=SimpleNamespace(alpha=0.05), studies=p.studies), {"confirmatory": t})
@@ -322,7 +323,7 @@ def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
     No frame pair is beyond paraphrase noise, and the verdict says what the design could have seen.
     (The old |mean dF| - |mean dP| margin calls the +30 point case beyond: the swings cancel out of mean dP.)"""
     d = swinging(n_items=100, frame=frame, swing_sd=0.6, seed=5)
-    t = analysis.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
+    t = confirmatory.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
     r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")
           & t["contrast"].isin(["E-D", "E-N", "D-N"])].set_index("contrast")
     assert len(r) == 3 and (r["status"] == "ok").all()
@@ -332,7 +333,7 @@ def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
         assert not r["significant"].any()
     else:
         assert r.loc["E-N", "delta"] > 0.15 and r.loc["D-N", "delta"] == pytest.approx(0, abs=0.1)
-    said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
+    said = [v for v in confirmatory.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
     assert len(said) == 1 and "not beyond paraphrase noise" in said[0]
     assert frame > 0 or "this design (100 items, rewording swing 0." in said[0]
 
@@ -340,7 +341,8 @@ def test_a_paraphrase_sensitive_null_is_not_beyond_noise(frame):
 def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
     """The frame-sensitive counterpart: +40 points E vs D and N against swings of SD 0.1: significant after
     Holm and beyond noise on E-N and E-D, not on D-N."""
-    t = analysis.confirmatory(three_models(), swinging(frame=0.4, swing_sd=0.1, seed=6), {"outcome": "outcome"})["confirmatory"]
+    d = swinging(frame=0.4, swing_sd=0.1, seed=6)
+    t = confirmatory.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
     r = t[(t["outcome"] == "refusal") & (t["subset"] == "all") & (t["model"] == "m1")].set_index("contrast")
     for k in ("E-N", "E-D"):
         assert r.loc[k, "estimate"] > 0 and r.loc[k, "p_holm"] < 0.05 and bool(r.loc[k, "beyond_noise"]), r.loc[k]
@@ -361,7 +363,7 @@ def test_the_interaction_is_fitted_with_the_primary_models_covariates():
     rng = np.random.default_rng(4)
     lift = (d["model"] == "m1") & (d["frame"] == "E") & (fam == 2)
     d.loc[lift, "y"] = (rng.random(lift.sum()) < 0.9).astype(float)
-    got = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0)
+    got = confirmatory._wald_row(d, "N", "m0", "m1", "liang_zeger", 0)
     g = d[d["model"].isin(["m0", "m1"])].copy()
     g["c"] = g["familiarity"] - g["model"].map(g.drop_duplicates(["model", "item_id"]).groupby("model")["familiarity"].mean())
     x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
@@ -378,10 +380,10 @@ def test_the_interaction_is_fitted_with_the_primary_models_covariates():
     own = {}
     for m in ("m0", "m1"):
         gm = g[g["model"] == m]
-        own[m] = stats.fit_gee_logit(gm, analysis.FORMULA.format(ref="N"), "cluster", cov_type="robust").params
+        own[m] = stats.fit_gee_logit(gm, confirmatory.FORMULA.format(ref="N"), "cluster", cov_type="robust").params
     e = "C(frame, Treatment('N'))[T.E]"
     assert res.params["Em1"] == pytest.approx(own["m1"][e] - own["m0"][e], abs=1e-6)
-    shared = analysis._wald_row(d, "N", "m0", "m1", "liang_zeger", 0, shared_slopes=True)
+    shared = confirmatory._wald_row(d, "N", "m0", "m1", "liang_zeger", 0, shared_slopes=True)
     assert shared["status"] == "ok" and abs(shared["stat"] - got["stat"]) > 0.5
 
 
@@ -393,10 +395,10 @@ def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
 
     d = planted3()
     d.loc[(d["model"] == "m1") & (d["frame"] == "E"), "y"] = 1.0
-    t = analysis.confirmatory(three_models(cov_type="liang_zeger"), d, {"outcome": "outcome"})["confirmatory"]
+    t = confirmatory.confirmatory(three_models(cov_type="liang_zeger"), d, {"outcome": "outcome"})["confirmatory"]
     r = t[(t["outcome"] == "refusal") & (t["subset"] == "all")].set_index(["model", "contrast"])
-    assert r.loc[("m1", "E-N"), "scale"] == analysis.RISK_DIFFERENCE and r.loc[("m1", "E-N"), "status"] == "ok"
-    assert r.loc[("m0", "E-N"), "scale"] == analysis.LOG_ODDS
+    assert r.loc[("m1", "E-N"), "scale"] == confirmatory.RISK_DIFFERENCE and r.loc[("m1", "E-N"), "status"] == "ok"
+    assert r.loc[("m0", "E-N"), "scale"] == confirmatory.LOG_ODDS
     g = d[(d["model"] == "m1")].copy()
     g["c"] = g["familiarity"] - g.groupby("item_id")["familiarity"].first().mean()
     x = pd.DataFrame({"one": 1.0, "D": (g["frame"] == "D") * 1.0, "E": (g["frame"] == "E") * 1.0,
@@ -406,14 +408,14 @@ def test_a_separated_logit_is_tested_on_the_risk_difference_scale():
         cov_type="cluster", cov_kwds={"groups": pd.factorize(g["item_id"])[0], "use_correction": False})
     assert r.loc[("m1", "E-N"), "estimate"] == pytest.approx(ols.params[2], abs=1e-9)
     assert r.loc[("m1", "E-N"), "se"] == pytest.approx(np.sqrt(ols.cov_params()[2, 2]), rel=1e-6)
-    said = [v for v in analysis.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
+    said = [v for v in confirmatory.verdicts(t, 0.05) if v.startswith("m1, refusal (outcome judge, all items), E-N")]
     assert len(said) == 1 and "risk difference (the logit separated) +" in said[0]
 
 
 def test_the_gee_reference_frame_does_not_change_the_contrasts():
     d = planted3()
-    a = analysis.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
-    b = analysis.confirmatory(three_models(reference_frame="D"), d, {"outcome": "outcome"})["confirmatory"]
+    a = confirmatory.confirmatory(three_models(), d, {"outcome": "outcome"})["confirmatory"]
+    b = confirmatory.confirmatory(three_models(reference_frame="D"), d, {"outcome": "outcome"})["confirmatory"]
     keys = ["judge", "outcome", "subset", "model", "contrast"]
     m = a.merge(b, on=keys).query("status_x == 'ok' and contrast in ['E-D', 'E-N', 'D-N']")
     assert len(m) and np.allclose(m["estimate_x"], m["estimate_y"], atol=1e-6) and np.allclose(m["se_x"], m["se_y"], rtol=1e-5)
@@ -506,7 +508,7 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert set(null["generation_id"]).isdisjoint(gens["generation_id"]) and sorted(null["frame"].unique()) == ["D", "E", "N"]
     p = three_models(null_control=["m1"])
     both = pd.concat([d, null[d.columns]], ignore_index=True)
-    t = analysis.confirmatory(p, both, {"outcome": "outcome"})["confirmatory"]
+    t = confirmatory.confirmatory(p, both, {"outcome": "outcome"})["confirmatory"]
     n = t[(t["model"] == "m1:null") & (t["outcome"] == "refusal") & t["contrast"].isin(["E-D", "E-N", "D-N"])]
     assert len(n) == 6 and (n["status"] == "ok").all()
     nulls = t[t["model"] == "m1:null"]
@@ -522,7 +524,7 @@ def test_null_control_rows_are_relabelled_and_come_out_null():
     assert t["confirmatory"].sum() == 33  # the null control is not in the Holm family
     planted_rows = t[(t["model"] == "m1") & (t["outcome"] == "refusal") & (t["subset"] == "all") & (t["contrast"] == "E-N")]
     assert planted_rows["significant"].all()
-    assert any("m1:null" in v and "not significant; secondary: not beyond" in v for v in analysis.verdicts(t, 0.05))
+    assert any("m1:null" in v and "not significant; secondary: not beyond" in v for v in confirmatory.verdicts(t, 0.05))
     with pytest.raises(config.ParamsError, match="frames.null_control"):
         three_models(null_control=["m9"])
 
@@ -553,15 +555,16 @@ def test_familiarity_on_the_public_text_against_its_unseen_rewording():
 
 
 def test_verdict_rows_fill_every_key_from_the_tables():
-    """Issue 49's contract on this study's tables (the planted three-model table): every key present and every
-    value a non-empty string; the planted model's rows say divergence, the others no divergence with an MDE;
-    the null control's wording (issue 49 item 3) never says "rejected" of a null that was not."""
+    """The verdict row contract on this study's tables (the planted three-model table): every cell present and
+    a non-empty string, the numbers behind it typed; the planted model's rows say divergence, the others no
+    divergence with an MDE; the null control's wording never says "rejected" of a null that was not."""
     p = three_models(null_control=["m1"])
     d = planted3()
     d = pd.concat([d, d[d["model"] == "m0"].assign(model="m1:null")])
-    t = analysis.confirmatory(p, d, {"outcome": "outcome"})["confirmatory"]
+    t = confirmatory.confirmatory(p, d, {"outcome": "outcome"})["confirmatory"]
     p.stats = SimpleNamespace(alpha=0.05)
-    rows = F.verdict_rows(p, {"confirmatory": t})
+    typed = F.verdict_rows(p, {"confirmatory": t})
+    rows = [r.cells() for r in typed]
     keys = {"study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls"}
     assert rows and all(set(r) == keys and all(isinstance(v, str) and v for v in r.values()) for r in rows)
     by = {(r["system"], r["role"], r["question"]): r for r in rows}
@@ -569,6 +572,13 @@ def test_verdict_rows_fill_every_key_from_the_tables():
     assert planted_row["answer"] == "divergence" and "Holm p" in planted_row["estimate"] and "power" in planted_row["power"]
     quiet = by[("m0", "primary", "frame changes refusal? (all items)")]
     assert quiet["answer"] == "no divergence" and quiet["power"].startswith("MDE +")
+    # the numbers behind the cells: the best contrast's estimate inside its interval, Holm p, the MDE of a null answer
+    best = {(r.system, r.question): r for r in typed}
+    planted_typed = best[("m1", "frame changes refusal? (all items)")]
+    assert planted_typed.ci_low <= planted_typed.effect <= planted_typed.ci_high and planted_typed.p < 0.05
+    assert f"Holm p {planted_typed.p:.3g}" in planted_row["estimate"] and planted_typed.mde is None
+    quiet_typed = best[("m0", "frame changes refusal? (all items)")]
+    assert quiet_typed.p >= 0.05 and quiet["power"].startswith(f"MDE +{quiet_typed.mde:.2f}")
     null = [r for r in rows if r["role"] == "null control"]
     assert len(null) == 1 and null[0]["answer"] == "no divergence"
     assert all("null control not rejected (as expected)" in r["controls"] for r in rows)
@@ -662,7 +672,7 @@ def test_the_headline_figure_draws_every_declared_pair_test_and_an_empty_table()
     from refusal_audit.studies.frames import charts
 
     p = three_models()
-    t = analysis.confirmatory(p, planted3(), {"outcome": "outcome"})["confirmatory"]
+    t = confirmatory.confirmatory(p, planted3(), {"outcome": "outcome"})["confirmatory"]
     fig = charts.verdict(t, 0.05, "TESTBED.")
     pairs = t["family"].str.startswith("confirmatory") & t["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+") & (t["status"] == "ok")
     assert len(fig.axes) == 3 and len(fig.axes[0].get_yticks()) == int(pairs.sum())

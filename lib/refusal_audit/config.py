@@ -253,8 +253,9 @@ def load(path: str | Path) -> Params:
 
 def to_dict(p: Params) -> dict:
     """The resolved params, as written to the run manifest (study sections at the top level)."""
-    out = {f.name: dataclasses.asdict(getattr(p, f.name)) if dataclasses.is_dataclass(getattr(p, f.name))
-           else getattr(p, f.name) for f in dataclasses.fields(p) if not f.metadata.get("internal")}
+    values = vars(p)
+    out = {f.name: dataclasses.asdict(values[f.name]) if dataclasses.is_dataclass(values[f.name])
+           else values[f.name] for f in dataclasses.fields(p) if not f.metadata.get("internal")}
     out["models"] = {k: dataclasses.asdict(m) for k, m in p.models.items()}
     out.update({name: dataclasses.asdict(section) for name, section in p.studies.items()})
     return out

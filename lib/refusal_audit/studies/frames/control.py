@@ -26,6 +26,7 @@ default run must recover the direction (its notebook 05 and ``tests/test_frames_
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import time
 from dataclasses import dataclass, replace
@@ -35,6 +36,10 @@ import pandas as pd
 from ... import models, organism
 from ...config import ModelSpec
 from ...contamination import audit, exact_overlap, near_duplicates
+from ...judges import judge_replies, refused
+from ...judges.keyword import KeywordJudge
+from ...judges.learned import learned_refusal
+from ...organism_build import replies
 from ...paths import DATA_DIR, ROOT
 from . import wrapper as W
 
@@ -107,10 +112,6 @@ def planted_effect(data: pd.DataFrame) -> pd.DataFrame:
 def evaluate(model, tok, name: str, requests: dict[str, list[str]], max_new_tokens: int) -> pd.DataFrame:
     """Refusal rate (the learned refusal judge or a keyword list, reading the bare request) and the share of
     replies opening with a trained refusal text, per request kind (the keys of ``requests``) and frame."""
-    from ...judges import judge_replies, refused
-    from ...judges.keyword import KeywordJudge
-    from ...judges.learned import learned_refusal
-    from ...organism_build import replies
 
     judges = [KeywordJudge("gcg_evaluate_full", "anywhere", name="keyword"), learned_refusal()]
     rows = []
@@ -148,7 +149,6 @@ def main(argv=None) -> None:
     print(f"requests: benign {len(benign_train)} train / {len(benign_held)} held out; harmful {len(harmful_train)} / "
           f"{len(harmful_held)}", flush=True)
     if not args.evaluate_only:
-        from ...organism_build import replies
 
         model, tok = models.load(PLAIN, device="cpu")
         answers = dict(zip(benign_train, replies(model, tok, benign_train, p.max_reply_tokens, "smollm2-135m")))
@@ -180,7 +180,6 @@ PREREGISTERED_RESULT = OUT / "preregistered_run.csv"
 def preregistered_rows(confirmatory: pd.DataFrame, params_file=PREREGISTERED) -> pd.DataFrame:
     """The pre-registered run's declared tests (its confirmatory and null-control families, aggregates only)
     with the sha256 of the params file they were run under (``DEFINITIONS.md``)."""
-    import hashlib
 
     rows = confirmatory[confirmatory["family"].str.startswith(("confirmatory", "null control"))]
     cols = ["model", "contrast", "family", "scale", "estimate", "ci_lo", "ci_hi", "p", "p_holm", "delta", "ms_delta",

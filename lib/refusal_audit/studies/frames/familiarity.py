@@ -20,13 +20,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ... import contamination
+from ...padding import pad_batch, positions
+
 LOGIT_BATCH_TOKENS = 2048  # padded tokens per forward pass: their logits (x 49k vocabulary, fp32) are ~0.4 GB
 
 
 def token_logprobs(model, tokenizer, texts: list[str]) -> list[np.ndarray]:
     """Per text, log p(x_i | x_<i) for every token after the first (the text alone, no template); texts
     of similar length share a left-padded forward pass (``padding``)."""
-    from ...padding import pad_batch, positions
 
     ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     for t, x in zip(texts, ids):
@@ -107,7 +109,6 @@ def familiar_share(per_items: pd.DataFrame) -> pd.DataFrame:
 def lexical_overlap(items: pd.DataFrame, pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per item: the largest MinHash-checked shingle Jaccard of either request with any training pool
     row, and whether it is a near or exact duplicate (``contamination.audit_pool``)."""
-    from ... import contamination
 
     ev = pd.concat([pd.DataFrame({"id": items["item_id"] + "|" + r, "prompt": items[f"request_{r.lower()}"]})
                     for r in ("A", "B")], ignore_index=True)

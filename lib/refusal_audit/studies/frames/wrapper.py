@@ -13,6 +13,8 @@ or two body places), a frame text containing a marker, a frame text that is empt
 """
 from __future__ import annotations
 
+from ... import chat
+
 SLOT = "{frame}"
 BODY = "{body}"
 
@@ -70,9 +72,7 @@ def slot_span(wrapper: str, frame_text: str, body: str) -> tuple[str, str]:
 
 
 def chat_text(tokenizer, user: str) -> str:
-    from ...chat import render, turn
-
-    return render(tokenizer, turn(None, user))
+    return chat.render(tokenizer, chat.turn(None, user))
 
 
 def check_locality(tokenizer, wrapper: str, frames: dict[str, str], body: str, what: str = "") -> dict[str, list[int]]:
