@@ -1,4 +1,4 @@
-"""Known labels of the same-meaning rule (issue 47 item 2; DEFINITIONS.md "Known labels"): a pair of clusters
+"""Known labels of the same-meaning rule (DEFINITIONS.md "Known labels"): a pair of clusters
 labelled the same intent shares its meaning whatever the cosine (a twin's rejections are found), one labelled a
 different intent never does (a look-alike above theta is not counted); the cosine decides elsewhere. On the
 repository's own hand-written twin and look-alike clusters (real MiniLM embeddings), through the metrics, the nulls,
@@ -13,9 +13,11 @@ from refusal_audit.paths import ROOT
 from refusal_audit.studies import confusion as C
 from refusal_audit.studies.confusion import analysis as A
 from refusal_audit.studies.confusion import clusters as CL
+from refusal_audit.studies.confusion import controls as K
 from refusal_audit.studies.confusion import meaning, nulls
 from refusal_audit.studies.confusion import metrics as M
 from refusal_audit.studies.confusion import neighbours as N
+from refusal_audit.studies.confusion import summaries as S
 
 THETA = 0.70
 ORIGINAL, TWIN, LOOK = "cf-xs-115", "cf-hw-building-twin", "cf-hw-building-lookalike"
@@ -64,7 +66,7 @@ def test_a_twin_is_found_and_a_lookalike_is_not_counted(building, monkeypatch):
     assert len(rej) == 6 and rej["cross_confused"].all()
     assert rej["n_cross_events"].sum() == rej["n_known_events"].sum() == o.sum() * t.sum() == 36
     assert rej["n_known_removed"].sum() == (sim[np.ix_(o, lk)] > THETA).sum() == 24
-    row = M.model_summary(clusters.drop(columns=["judge", "label"]))
+    row = S.model_summary(clusters.drop(columns=["judge", "label"]))
     assert (row["n_known_events"].iat[0], row["n_known_removed"].iat[0], row["n_known_confused"].iat[0]) == (36, 24, 6)
     # the known labels ignored (the cosine rule alone): the look-alike is counted and the twin's 3 pairs are lost
     monkeypatch.setattr(N, "known_for", lambda cluster, known=(): ([], []))
@@ -95,11 +97,11 @@ def test_the_controls_and_the_planted_arms_keep_the_known_labels(building):
     known labels."""
     items, sim, known = building
     cp = M.ConfusionParams(theta=THETA, known=known)
-    out = A.controls(items, cp)
+    out = K.controls(items, cp)
     cross = out[out["control"] == "cross_cluster"]
     assert set(cross[["rejected_cluster", "accepted_cluster"]].iloc[0]) == {ORIGINAL, TWIN}
-    assert cross["match"].all() and A.control_known(out)["cross_cluster"]
-    planted = A.planted(items, None, cp, 50, 0, 0.05)
+    assert cross["match"].all() and K.control_known(out)["cross_cluster"]
+    planted = K.planted(items, None, cp, 50, 0, 0.05)
     assert planted["match"].all()
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from refusal_audit.studies.confusion import metrics as M
+from refusal_audit.studies.confusion import summaries as SM
 
 SQ = 1 / np.sqrt(2)
 
@@ -130,14 +131,14 @@ def test_summaries_carry_the_events_from_other_clusters():
     # has its two accepted cluster-mates (.1 apart: same cluster, not cross). 4 events, 2 from another cluster
     prompts = table(["s", "s", "u", "u", "s"], [True, True, False, False, False], labels=["safe"] * 5)
     sim = sim_from({(0, 2): 0.97, (1, 2): 0.9, (2, 3): 0.3, (0, 1): 0.8}, 5, base=0.1)
-    clusters = M.cluster_summary(M.score(prompts, sim)).set_index("cluster")
+    clusters = SM.cluster_summary(M.score(prompts, sim)).set_index("cluster")
     assert (clusters.loc["u", "n_events"], clusters.loc["u", "n_cross_events"]) == (2, 2)
     assert (clusters.loc["s", "n_events"], clusters.loc["s", "n_cross_events"]) == (2, 0)
     assert (clusters.loc["u", "n_cross_confused"], clusters.loc["s", "n_cross_confused"]) == (1, 0)
-    model = M.model_summary(clusters.reset_index()).iloc[0]
+    model = SM.model_summary(clusters.reset_index()).iloc[0]
     assert (model["n_events"], model["n_cross_events"], model["n_cross_confused"]) == (4, 2, 1)
     # opposite labels: the same two pairs are removed by the label rule, not counted as events
-    twin = M.cluster_summary(M.score(prompts.assign(label=["safe", "safe", "unsafe", "unsafe", "safe"]), sim))
+    twin = SM.cluster_summary(M.score(prompts.assign(label=["safe", "safe", "unsafe", "unsafe", "safe"]), sim))
     assert twin.set_index("cluster").loc["u", ["n_events", "n_cross_events", "n_events_removed"]].tolist() == [0, 0, 2]
 
 
@@ -163,14 +164,14 @@ def test_cluster_without_contradictions_has_rate_zero_and_no_ci():
     signals = [sig(rng.normal(size=(3, 4)), rng.dirichlet(np.ones(5)), -rng.exponential(size=2)) for _ in range(6)]
     scored = M.score(prompts, sim, signals, M.ConfusionParams(scope="cluster"))
     assert scored["ci"].isna().all() and not scored["confused"].any()
-    clusters = M.cluster_summary(scored).set_index("cluster")
+    clusters = SM.cluster_summary(scored).set_index("cluster")
     assert clusters.loc["acc", "confusion_rate"] == 0 and clusters.loc["rej", "confusion_rate"] == 0
     assert clusters["n_ci"].tolist() == [0, 0] and clusters["ci"].isna().all()
     assert clusters.loc["rej", "frr"] == 1 and clusters.loc["acc", "frr"] == 0
-    model = M.model_summary(clusters.reset_index()).iloc[0]
+    model = SM.model_summary(clusters.reset_index()).iloc[0]
     assert model["confusion_rate"] == 0 and np.isnan(model["ci"]) and model["frr"] == 0.5
     # in corpus scope the same prompts do contradict each other (sim .95 >= theta across the two clusters)
-    pooled = M.cluster_summary(M.score(prompts, sim, signals)).set_index("cluster")
+    pooled = SM.cluster_summary(M.score(prompts, sim, signals)).set_index("cluster")
     assert pooled.loc["rej", "confusion_rate"] == 1 and pooled.loc["rej", "n_ci"] == 3
 
 
@@ -181,15 +182,15 @@ def test_confusion_rate_and_summaries():
     prompts = table(["x", "x", "x", "y", "y", "z", "z"], [True, False, False, True, False, False, False], model="m")
     sim = sim_from({(0, 1): 0.9, (0, 2): 0.6, (1, 2): 0.6, (3, 4): 0.95, (0, 5): 0.75, (0, 6): 0.5}, 7, base=0.1)
     scored = M.score(prompts, sim)  # no signals: rate and depth only
-    clusters = M.cluster_summary(scored).set_index("cluster")
+    clusters = SM.cluster_summary(scored).set_index("cluster")
     assert clusters["confusion_rate"].tolist() == [1.0, 1.0, 0.5]
     assert clusters["ci"].isna().all()
-    model = M.model_summary(clusters.reset_index()).iloc[0]
+    model = SM.model_summary(clusters.reset_index()).iloc[0]
     assert model["model"] == "m" and model["confusion_rate"] == pytest.approx(4 / 5)  # pooled over rejections
     assert model["frr"] == pytest.approx(5 / 7) and model["clusters_confused"] == 1.0
     assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.49))["n_events"].tolist() == [0, 1, 1, 0, 1, 1, 1]
     assert M.score(prompts, sim, params=M.ConfusionParams(theta=0.5))["n_events"].tolist()[6] == 0  # .5 is not > .5
-    in_cluster = M.cluster_summary(M.score(prompts, sim, params=M.ConfusionParams(scope="cluster")))
+    in_cluster = SM.cluster_summary(M.score(prompts, sim, params=M.ConfusionParams(scope="cluster")))
     assert in_cluster["confusion_rate"].tolist() == [1.0, 1.0, 0.0]
 
 

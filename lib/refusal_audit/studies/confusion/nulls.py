@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .neighbours import known_masks
+
 LABELS = ("safe", "unsafe")
 
 
@@ -59,7 +61,6 @@ def pool(sim: np.ndarray, cluster, label, strata, theta: float, k: int, cs_of=No
         kin &= same_cluster
     same = kin & (same_cluster | (sim > theta))
     if known:  # known labels decide where they exist (neighbours.same_meaning)
-        from .neighbours import known_masks
         twins, lookalikes = known_masks(cluster, known)
         same = (same & ~lookalikes) | (kin & twins)
     key = np.where(kin, -sim, np.inf)  # non-candidates last

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ... import store
 from . import metrics as M
 
 ASYMMETRIC = ("greedy_a_to_r",)  # drift alignments that depend on which prompt is the accepted one
@@ -45,7 +46,6 @@ def compute(keys: Sequence[str], signals: Sequence, index_pairs: np.ndarray, ali
             path: Path | None = None) -> tuple[pd.DataFrame, int]:
     """The table rows of ``index_pairs`` (rows of ``keys`` / ``signals``), computing only the pairs
     the table at ``path`` lacks and writing them back. Returns (rows, number newly computed)."""
-    from ... import store
 
     old = read(path) if path is not None else pd.DataFrame(columns=COLUMNS)
     wanted = {}

@@ -15,6 +15,8 @@ import re
 
 import pandas as pd
 
+from ...prompts import build_prompts
+
 INSTRUCTION = (
     "Rewrite the request below in different words. Keep exactly the same meaning, the same object and "
     "every constraint it states. Do not answer it, do not add a reason, a story, a role, a warning or any "
@@ -36,8 +38,7 @@ def paraphrase(model, tokenizer, model_name: str, seeds: pd.DataFrame, k: int, t
                max_new_tokens: int, seed: int, shards, batch_rows: int = 32) -> pd.DataFrame:
     """Rows ``member`` 1..k (rule ``llm``) for each seed row (columns of ``clusters.FILE_COLUMNS``),
     in seed order; ``paraphraser_note`` says why a reply gave no usable text."""
-    from ... import generation, retention
-    from ...prompts import build_prompts
+    from ... import generation, retention  # lazy: keeps torch, transformers off this module
 
     asks = pd.DataFrame({"item_id": seeds["cluster_id"].values, "study": "confusion", "role": "paraphraser",
                          "text": [INSTRUCTION.format(seed=s) for s in seeds["prompt"]]})

@@ -45,8 +45,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 
 from ... import datasets, organism
+from ...contamination import NEAR_DUPLICATE, normalise
 
 KNN = 10
 CLASSIFIERS = ("minilm_logistic", "minilm_knn", "tfidf_logistic")
@@ -101,7 +105,6 @@ class Ensemble:
 def fit(gated_texts: list[str], gated_embeddings: np.ndarray, embed) -> Ensemble:
     """The ensemble fitted on the reference pool minus every prompt that is the same request as one of
     ``gated_texts`` (exact after normalisation, or embedding cosine >= 0.85). Deterministic."""
-    from ...contamination import NEAR_DUPLICATE, normalise
 
     pool = reference_pool()
     emb = embed(pool["text"].tolist())
@@ -112,8 +115,6 @@ def fit(gated_texts: list[str], gated_embeddings: np.ndarray, embed) -> Ensemble
 
 
 def _fitted(pool: pd.DataFrame, emb: np.ndarray, n_left_out: int) -> Ensemble:
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
 
     y = pool["unsafe"].to_numpy(dtype=int)
     logistic = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(emb, y)
@@ -151,7 +152,6 @@ def validation_scores(embed) -> pd.DataFrame:
 def summarise(scores: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
     """Per held-out set and classifier: accuracy at ``threshold``, the share of safe prompts read safe and
     of unsafe ones read unsafe, and the AUC (threshold-free)."""
-    from sklearn.metrics import roc_auc_score
 
     rows = []
     for name, d in scores.groupby("held_out", sort=False):

@@ -118,7 +118,7 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1, head: Prom
     ``head`` (the signals of the tokens every row opens with, computed once) and ``past`` (its KV cache,
     one copy per row), the batch holds only what follows the head, and each row's signals are the
     head's joined with its own: equal to a pass over the whole prompt up to float rounding."""
-    import torch
+    import torch  # lazy: keeps torch off this module
 
     device = next(model.parameters()).device
     n_head = 0 if head is None else len(head.input_ids)
@@ -160,9 +160,9 @@ def forward_padded(model, input_ids, attention_mask, layer: int = -1, head: Prom
 def _head(model, rows: list[Sequence[int]], layer: int):
     """(signals, KV cache repeated per row) of the tokens every row opens with (the chat template's
     header; ``generation.head_length``), or (None, None) when they are too few."""
-    import torch
+    import torch  # lazy: keeps torch off this module
 
-    from ...generation import head_length, repeated
+    from ...generation import head_length, repeated  # lazy: keeps torch, transformers off this module
 
     n = head_length([list(r) for r in rows])
     if not n:

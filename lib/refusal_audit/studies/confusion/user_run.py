@@ -20,10 +20,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import datasets, store
+from ... import config, datasets, store
 from ...config import ParamsError, testbed_note
-from . import analysis
+from ...paths import run_dir, study_dir
+from . import analysis, gates, meaning
 from . import clusters as cl
+from .params import NAME, confusion_params
+from .stages import build_items, generate, judge, preflight, prompts
+from .verdicts import gate_verdict
 
 DECISIONS = ("ACCEPT", "REJECT")
 SUMMARY = ["frr", "confusion_rate", "ci", "depth"]
@@ -44,7 +48,6 @@ def read_decisions(path: str | Path, ids: set[str], clusters_csv: str | Path) ->
 def check_inputs(clusters_csv: str, model_names: list[str], decisions_csv: str | None, pairs_csv: str | None = None):
     """Clusters (and decisions, and known labels) read and checked; returns (cluster rows, decision rows or
     None, known labels: (cluster a, cluster b, same) triples, empty without ``pairs_csv``)."""
-    from . import meaning
 
     rows = cl.read_user(clusters_csv)
     known = meaning.user_known(pairs_csv, rows) if pairs_csv else ()
@@ -60,36 +63,33 @@ def check_inputs(clusters_csv: str, model_names: list[str], decisions_csv: str |
 def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: str,
         decisions_csv: str | None = None, pool=None, pairs_csv: str | None = None) -> Path:
     """See the module docstring; every input is checked before the encoder or any model loads."""
-    from ... import config
-    from ... import models as model_lib
-    from ...paths import run_dir, study_dir
-    from .. import confusion as study
+    from ... import models as model_lib  # lazy: keeps torch, transformers off this module
 
     p = config.load(params_file)
-    if study.NAME not in p.studies:
+    if NAME not in p.studies:
         raise ParamsError(f"{p.source_file}: confusion: missing; make confusion takes its gates, metrics, judges "
                           "and max_new_tokens from the confusion section")
     model_names = [m.strip() for m in model_names if m and m.strip()]
     if len(set(model_names)) != len(model_names):
         raise ValueError(f"make confusion: MODELS names a model twice: {model_names}")
     rows, decided, known = check_inputs(clusters_csv, model_names, decisions_csv, pairs_csv)
-    c = p.studies[study.NAME]
+    c = p.studies[NAME]
     p = dataclasses.replace(p, run_name=run_name)
     if decided is None:
         pool = pool or model_lib.Pool(p.models, device=p.device)
         for name in model_names:
             model_lib.resolve(pool.spec(name).source)
-        p = dataclasses.replace(p, studies={**p.studies, study.NAME: dataclasses.replace(c, models=model_names)})
-        study.preflight(p, pool)
-    folder, tables = run_dir(run_name), study_dir(run_name, study.NAME)
-    items = study.build_items(p, rows)
+        p = dataclasses.replace(p, studies={**p.studies, NAME: dataclasses.replace(c, models=model_names)})
+        preflight(p, pool)
+    folder, tables = run_dir(run_name), study_dir(run_name, NAME)
+    items = build_items(p, rows)
     store.write_atomic(items, tables / "items.parquet")
-    cp = dataclasses.replace(study.confusion_params(p.studies[study.NAME]), known=known)
+    cp = dataclasses.replace(confusion_params(p.studies[NAME]), known=known)
     if decided is None:
-        built = study.prompts(p, items, pool)
-        gens = study.generate(p, built, pool, store.ShardStore(tables / "shards" / "generations"), known=known)
+        built = prompts(p, items, pool)
+        gens = generate(p, built, pool, store.ShardStore(tables / "shards" / "generations"), known=known)
         store.write_atomic(gens, tables / "generations.parquet")
-        judged = study.judge(p, gens, pool, tables)
+        judged = judge(p, gens, pool, tables)
         store.write_atomic(judged, tables / "judgments.parquet")
         decisions = analysis.decisions(gens, judged)
         pairs = analysis.pair_table(gens, cp)
@@ -103,8 +103,8 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
     write_tables(folder, items, per_prompt, per_cluster, summary)
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
-    gate = study.gate_verdict(p.studies[study.NAME].gates, analysis.gate_drops(items),
-                              analysis.gate_accuracy(items, p.studies[study.NAME].gates))
+    gate = gate_verdict(p.studies[NAME].gates, gates.gate_drops(items),
+                              gates.gate_accuracy(items, p.studies[NAME].gates))
     write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate, pairs_csv)
     return folder
 
@@ -168,8 +168,8 @@ def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
 
 
 def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, model_names, decisions_csv) -> list[str]:
-    from ...plots import save
-    from . import charts as cf
+    from ...plots import save  # lazy: keeps seaborn off this module
+    from . import charts as cf  # lazy: keeps matplotlib, seaborn off this module
     text = _caption(p, cp, model_names, decisions_csv)
     drawn = {"confusion_map": cf.confusion_map(per_prompt, None, text),
              "confusion_frr_vs_rate": cf.frr_vs_rate(summary, None, text)}
