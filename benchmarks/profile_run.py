@@ -38,6 +38,7 @@ def main() -> None:
     paths.RESULTS_DIR = Path(tempfile.mkdtemp(prefix="profile_run_"))
     names = pipeline.Run(args.params, args.studies).names
     rows = []
+
     def timed(stage: str, name: str, work) -> None:
         w0, c0 = time.perf_counter(), time.process_time()
         work()

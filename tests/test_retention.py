@@ -26,6 +26,8 @@ def expected_kept(name: str, n: int, keep_ratio: float = 0.3) -> int:
     """Positions a policy keeps of an n-token prompt at ``SETTINGS``: its budget, or n minus the span."""
     span = SETTINGS.get(name, {}).get("span_end", 0) - SETTINGS.get(name, {}).get("span_start", 0)
     return n - span if name in UNBUDGETED else round(keep_ratio * n)
+
+
 EVICTING = [name for name in retention.REGISTRY if name != "full"]
 
 

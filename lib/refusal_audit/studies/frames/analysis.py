@@ -26,12 +26,14 @@ from .params import HARMFUL_STRATA, NAME, NULL, pairs_of
 
 MAIN_JUDGE = "outcome"
 
+
 def harmful_requests(items: pd.DataFrame) -> set[str]:
     """Items whose request is harmful: the explicit-harmful and jailbreak strata, and the borderline
     stratum's XSTest unsafe contrasts (category ``contrast_*``); benign items and XSTest safe prompts are not."""
     harmful = items["stratum"].isin(HARMFUL_STRATA) | ((items["stratum"] == "borderline")
                                                         & items["category"].astype(str).str.startswith("contrast_"))
     return set(items.loc[harmful, "item_id"])
+
 
 def long_outcomes(generations: pd.DataFrame, judgments: pd.DataFrame, harmful: set[str] | None = None,
                   clusters: pd.Series | None = None) -> pd.DataFrame:
@@ -72,6 +74,7 @@ def long_outcomes(generations: pd.DataFrame, judgments: pd.DataFrame, harmful: s
                                        "outcome": "harmful_compliance", "y": y}))
     return pd.concat(parts, ignore_index=True).merge(g, on="generation_id")
 
+
 def contrasts(d: pd.DataFrame, pairs, n_boot: int, seed: int, alpha: float, subset: str = "all") -> tuple:
     """Per-item Delta and its mean over items with a cluster-bootstrap CI (``cluster`` column: items that
     share a cluster are drawn together), per judge, outcome, model, pair. Descriptive; the tests are in
@@ -94,12 +97,14 @@ def contrasts(d: pd.DataFrame, pairs, n_boot: int, seed: int, alpha: float, subs
     return (pd.concat(item_rows, ignore_index=True) if item_rows else pd.DataFrame(),
             pd.DataFrame(rows))
 
+
 def noise_band(d: pd.DataFrame, q: float) -> pd.DataFrame:
     out = []
     for (judge, outcome), g in d.groupby(["judge", "outcome"], sort=True):
         band = stats.paraphrase_noise_band(g, "item_id", "frame", "paraphrase", "y", by=["model"], q=q)
         out.append(band.assign(judge=judge, outcome=outcome))
     return pd.concat(out, ignore_index=True)[["judge", "outcome", "model", "n_cells", "mean_gap", "q_gap", "q"]]
+
 
 # --- clusters (data/frames/SOURCE.md) -------------------------------------------------------------------
 def cluster_ids(item_ids) -> pd.Series:
@@ -129,6 +134,7 @@ def cluster_ids(item_ids) -> pd.Series:
         join(a, b)
     return pd.Series({i: root(i) for i in ids}, name="cluster")
 
+
 def equivalence(items: pd.DataFrame) -> pd.DataFrame:
     """Embedding similarity (all-MiniLM-L6-v2) of the two requests of each item, the frame wrapper and
     any jailbreak template masked (only the paraphrased request is compared)."""
@@ -136,6 +142,7 @@ def equivalence(items: pd.DataFrame) -> pd.DataFrame:
     a, b = embed(items["request_a"].tolist()), embed(items["request_b"].tolist())
     return pd.DataFrame({"item_id": items["item_id"], "stratum": items["stratum"],
                          "similarity": (a * b).sum(1).round(6)})
+
 
 def training_pools(p, names: list[str]) -> dict[str, pd.DataFrame]:
     """The known training prompts of the run's models: a LoRA adapter's ``training_data.csv`` beside
@@ -151,6 +158,7 @@ def training_pools(p, names: list[str]) -> dict[str, pd.DataFrame]:
                 {"id": [f"train-{i}" for i in range(len(df))], "prompt": df["prompt"].astype(str)})
     return pools
 
+
 def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
     """The null control's rows without their greedy (T = 0) decode: one prompt under every frame label gives
     the same greedy reply under each, so those cells would share their decode noise across frames and the
@@ -163,6 +171,7 @@ def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
     if not (null & (d["temperature"] > 0)).any():   # a greedy-only grid: nothing else to analyse (kept as is)
         return d
     return d[~(null & (d["temperature"] == 0))]
+
 
 def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     fr, s = p.studies[NAME], p.stats
@@ -227,6 +236,7 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         **({"familiarity_share": familiar_share(fam_table)} if "familiar" in fam_table and "familiarity_margin" in fam_table
            else {}),
     }
+
 
 def harm_agreement(d: pd.DataFrame) -> pd.DataFrame:
     """The outcome judge's harmful compliance against the learned harm judge's verdict, on the replies both

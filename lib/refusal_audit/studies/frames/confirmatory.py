@@ -23,6 +23,7 @@ FORMULA = "y ~ C(frame, Treatment('{ref}')) + C(paraphrase) + c + C(frame, Treat
 
 COV_TYPE = {"mancl_derouen": "bias_reduced", "liang_zeger": "robust"}
 
+
 def _separated(res) -> str:
     se = np.sqrt(np.diag(np.asarray(res.cov_params(), dtype=float)))
     est = np.asarray(res.params, dtype=float)
@@ -30,7 +31,9 @@ def _separated(res) -> str:
         return f"separation: a standard error is non-finite or above {SEPARATION_SE}, or a logit beyond {SEPARATION_EST}"
     return ""
 
+
 LOG_ODDS, RISK_DIFFERENCE = "log-odds", "risk difference (the logit separated)"
+
 
 def _fit(g: pd.DataFrame, formula: str, cov_type: str):
     """(result, scale) with scale LOG_ODDS, or RISK_DIFFERENCE when the logit separates; or (None, why
@@ -50,8 +53,10 @@ def _fit(g: pd.DataFrame, formula: str, cov_type: str):
     except Exception as e:  # noqa: BLE001 - a failed fit is reported, not hidden
         return None, f"fit failed: {type(e).__name__}: {e}"[:200]
 
+
 def _subset(d: pd.DataFrame, subset: str) -> pd.DataFrame:
     return d if subset == "all" else d[~d["harmful_request"]]
+
 
 def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
     """Per model, item and frame pair: Delta (both paraphrases), Delta under A and under B, the matched
@@ -67,7 +72,9 @@ def _per_item(g: pd.DataFrame, pairs) -> pd.DataFrame:
     out = out.merge(stats.decode_noise_variance(g, *args, by=by), on=[*by, "item_id", "f1", "f2"], how="left")
     return out.merge(g.drop_duplicates("item_id")[["item_id", "cluster"]], on="item_id", how="left")
 
+
 SHARED = " (shared familiarity slopes; sensitivity)"
+
 
 def _wald_row(g: pd.DataFrame, ref_frame: str, reference_model: str, other: str, cov_type: str,
               below: int, shared_slopes: bool = False) -> dict:
@@ -91,6 +98,7 @@ def _wald_row(g: pd.DataFrame, ref_frame: str, reference_model: str, other: str,
     n = int(res.model.num_group)
     dist, p = stats.wald_reference(w, n, stats.use_t_reference(n, below))
     return {"stat": w.chi2, "dist": dist, "df": float(w.df), "p": p, "n_clusters": n, "scale": scale, "status": "ok"}
+
 
 def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str, pd.DataFrame]:
     """``confirmatory`` (one row per judge, outcome, subset, model and contrast: the GEE contrast with
@@ -184,12 +192,15 @@ def confirmatory(p, d: pd.DataFrame, judges_in_run: dict[str, str]) -> dict[str,
     return {"confirmatory": table, "reversals": pd.concat(rev, ignore_index=True) if rev else pd.DataFrame(),
             "noise_simulation": sim}
 
+
 def n_decodes(fr) -> int:
     """Replies per cell (item, frame, paraphrase): the decoding grid's size."""
 
     return len(generation.decoding_grid(fr.temperatures, fr.seeds, fr.max_new_tokens))
 
+
 SEED_EFFECTS = {"118": 0.118, "036": 0.036, "200": 0.2}   # the seed's +11.8 and -3.6 points (abs), and +20
+
 
 def detectable(p, table: pd.DataFrame, tested: pd.Series, family_size: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The simulation grid (``stats.simulate_noise_grid``) at each item count of the tested frame-pair rows
@@ -223,6 +234,7 @@ def detectable(p, table: pd.DataFrame, tested: pd.Series, family_size: int) -> t
     sim = pd.concat(grids.values(), ignore_index=True) if grids else pd.DataFrame()
     return table, sim
 
+
 def _could_see(r) -> str:
     """What a test that found nothing could have found (``mde_80_primary``, the primary contrast's MDE) and
     its simulated power at the seed's effect sizes."""
@@ -235,10 +247,12 @@ def _could_see(r) -> str:
             f"({100 * mde:.0f} points) or more")
     return head + f" ({power_words(r)})"
 
+
 def power_words(r) -> str:
     """The primary contrast's simulated false-positive rate and power at the seed's sizes, in words."""
     return (f"simulated false-positive rate {100 * r['fpr_primary']:.1f} %; power {r['power_primary_118']:.2f} at "
             f"11.8 points, {r['power_primary_036']:.2f} at 3.6, {r['power_primary_200']:.2f} at 20")
+
 
 def verdicts(table: pd.DataFrame, alpha: float) -> list[str]:
     """One sentence per confirmatory test and per null-control test (Holm within the null control's

@@ -21,6 +21,7 @@ OUTCOMES = ("refusal", "compliance", "harmful_compliance", "template_completion"
 
 TIERS = ("easy", "medium", "hard")
 
+
 @dataclass
 class DataParams:
     file: str = "frames/items.csv"     # relative to data/
@@ -41,6 +42,7 @@ class DataParams:
         """stratum -> items in the framed grid, for every stratum of the draw."""
         return {s: self.count(s) for s in self.strata}
 
+
 @dataclass
 class ConfirmatoryParams:
     """The pre-registered family (DEFINITIONS.md): Holm runs over exactly these tests, failed fits
@@ -50,6 +52,7 @@ class ConfirmatoryParams:
     contrasts: list[str] = field(default_factory=lambda: ["E-D", "E-N", "D-N"])
     models: list[str] = field(default_factory=list)                   # empty: every model of frames.models
     subsets: list[str] = field(default_factory=lambda: ["all", "non_harmful"])  # non_harmful: requests that are not harmful
+
 
 @dataclass
 class Params:
@@ -86,16 +89,20 @@ class Params:
     # the same slot text (the reference frame's), i.e. the wrapper carries no frame (DEFINITIONS.md)
     null_control: list[str] = field(default_factory=list)
 
+
 NULL = ":null"
+
 
 def analysed_models(fr: Params) -> list[str]:
     """The models the statistics run over: the roster, then each null control's label."""
     return list(fr.models) + [f"{m}{NULL}" for m in fr.null_control]
 
+
 def null_seeds(seeds: list[int], k: int) -> list[int]:
     """The sampling seeds of the null control's k-th frame label (k = 0 keeps the grid's own): the three
     labels carry the same prompt, so only their sampled decodes differ (greedy rows are identical)."""
     return [s + 7919 * k for s in seeds]
+
 
 def as_null(generations: pd.DataFrame, frame: str) -> pd.DataFrame:
     """One frame label of the null control: the rows relabelled ``frame`` and ``<model>:null``, with
@@ -105,8 +112,10 @@ def as_null(generations: pd.DataFrame, frame: str) -> pd.DataFrame:
                               generation_id=[prompt_id("null", frame, g) for g in generations["generation_id"]],
                               prompt_id=[prompt_id("null", frame, g) for g in generations["prompt_id"]])
 
+
 def reference(fr: Params) -> str:
     return fr.reference_model or fr.models[0]
+
 
 def check(p, where: str) -> None:
     fr = p.studies[NAME]
@@ -148,9 +157,11 @@ def check(p, where: str) -> None:
          "null or a model named under models", fr.paraphraser)
     check_confirmatory(fr, where)
 
+
 def judge_kinds(fr: Params) -> dict[str, str]:
     """The judges this study runs (name -> kind)."""
     return {"outcome": "outcome", fr.second_judge: "refusal", "learned_harmful": "harmful"}
+
 
 def check_confirmatory(fr: Params, where: str) -> None:
     """The declared family and the settings of its tests (one clear error, before any generation)."""
@@ -199,6 +210,7 @@ def pairs_of(frames: list[str]) -> list[tuple[str, str]]:
         return [("E", "D"), ("E", "N"), ("D", "N")]
     return list(combinations(frames, 2))
 
+
 HARMFUL_STRATA = ("explicit_harmful", "jailbreak")
 
 # --- the confirmatory analysis (DEFINITIONS.md) ---------------------------------------------------------
@@ -207,6 +219,7 @@ EMITS = {"outcome": set(OUTCOMES), "refusal": {"refusal"}, "harmful": {"harmful_
 # non_harmful: the items whose request is not harmful (``harmful_requests``): the benign stratum and the
 # borderline stratum's safe prompts, not its unsafe contrasts
 SUBSETS = ("all", "non_harmful")
+
 
 def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd.DataFrame:
     """The confirmatory family the params declare: one row per test (judge, outcome, subset, model,
@@ -234,6 +247,7 @@ def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd
                     rows.append({"judge": j, "outcome": o, "subset": s, "model": instruct,
                                  "contrast": f"H3: frame x (base {base} vs instruct)"})
     return pd.DataFrame(rows, columns=["judge", "outcome", "subset", "model", "contrast"])
+
 
 def interaction_models(fr) -> list[str]:
     """The models tested against the reference instruct model: every other model of the roster that is

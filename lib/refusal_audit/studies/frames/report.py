@@ -21,6 +21,7 @@ def caption(p) -> str:
     fr = p.studies[NAME]
     return testbed_note(p, fr.models) + f"Run {p.run_name!r}; models {', '.join(fr.models)}. Aggregates only."
 
+
 def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str]:
     F = charts
 
@@ -32,6 +33,7 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
         save(fig, name, folders)
     return list(drawn)
 
+
 def audited_pools(p) -> list[str]:
     """Pools whose items are excluded before the statistics: the measured models' (the organism's and
     the positive control's, when measured). The judges are instruments here (validated out of sample in
@@ -39,11 +41,13 @@ def audited_pools(p) -> list[str]:
 
     return report.pools_for(p, list(p.studies[NAME].models), learned_judges=False, adapters={ADAPTER: NAME})
 
+
 def training_pool(p) -> pd.DataFrame:
     """The positive control's training requests (``control.py``), before the frame wrapper."""
 
     bases = pd.read_csv(OUT / "training_data.csv", keep_default_na=False)["base"].drop_duplicates()
     return pd.DataFrame({"id": [f"frame-control-{i}" for i in range(len(bases))], "prompt": bases.to_numpy()})
+
 
 def reporting(p) -> dict[str, str]:
     """The seed floor and the operational definitions the frames study's numbers rest on."""
@@ -71,6 +75,7 @@ def reporting(p) -> dict[str, str]:
                       "replies. The floor against which a frame contrast is read is the matched paraphrase contrast "
                       "(A vs B on the same cells, same item-cluster bootstrap; `studies/frames/DEFINITIONS.md`).",
     }
+
 
 # --- what the notebooks show ----------------------------------------------------------------------------
 def summary(p, stage: str, table) -> list:
@@ -107,6 +112,7 @@ def summary(p, stage: str, table) -> list:
         return [f"figures: {', '.join(table)}"]
     return []
 
+
 def noise_power(grid: pd.DataFrame):
     """Notebook 05's view of the noise simulation: per item count, the size over the null cells, then the
     power (``rate_detect``) by frame effect x swing SD."""
@@ -117,6 +123,7 @@ def noise_power(grid: pd.DataFrame):
         out.append(f"{n} items: size {g.loc[g['null'], 'rate_beyond'].max():.3f} over {int(g['null'].sum())} null cells")
         out.append(g.pivot_table(index="frame_effect", columns="swing_sd", values="rate_detect").round(2))
     return out
+
 
 # what each notebook says this study does at its stage (the notebooks list the enabled studies)
 NOTEBOOK_NOTES = {

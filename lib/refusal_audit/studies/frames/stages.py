@@ -32,9 +32,11 @@ def preflight(p, models) -> None:
         if context and 512 + fr.max_new_tokens >= context:
             raise ParamsError(f"{p.source_file}: frames.max_new_tokens: {fr.max_new_tokens} does not fit {m}")
 
+
 # --- 01 items ------------------------------------------------------------------------------------------
 def _norm(text: str) -> str:
     return " ".join(str(text).lower().split())
+
 
 def validate_items(df: pd.DataFrame, where: str) -> None:
     """One clear error for an item without both paraphrases, or a paraphrase identical to its source
@@ -61,10 +63,12 @@ def validate_items(df: pd.DataFrame, where: str) -> None:
                                      f"the wrapper marker {marker!r}")
     datasets.validate_items(df, where, "source_text")
 
+
 def read_items(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: frames item file not found")
     return pd.read_csv(path, keep_default_na=False)
+
 
 def items(p) -> pd.DataFrame:
     """The items drawn per stratum (seeded) before any prompt is rendered, with their paraphrase bodies
@@ -88,6 +92,7 @@ def items(p) -> pd.DataFrame:
     cols = datasets.ITEM_COLUMNS + ["stratum", "template", "paraphrase_a", "paraphrase_b", "request_a", "request_b"]
     return out[cols].astype({"source_row": int}).reset_index(drop=True)
 
+
 # --- 02 prompts ----------------------------------------------------------------------------------------
 def bodies(items: pd.DataFrame) -> pd.DataFrame:
     """One row per item and paraphrase: item_id, paraphrase, body (the wrapped text's task), request."""
@@ -95,6 +100,7 @@ def bodies(items: pd.DataFrame) -> pd.DataFrame:
                                     "body": items[f"paraphrase_{r.lower()}"], "request": items[f"request_{r.lower()}"],
                                     "stratum": items["stratum"]}) for r in PARAPHRASES],
                      ignore_index=True).sort_values(["item_id", "paraphrase"], ignore_index=True)
+
 
 def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
     """Every item x paraphrase x frame, for every model (its own tokenizer), after the frame-locality
@@ -121,6 +127,7 @@ def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
         parts.append(built.assign(model=m, body=rows["body"].values, request=rows["request"].values))
     return pd.concat(parts, ignore_index=True)
 
+
 # --- 03 generation (calibration pass first) -------------------------------------------------------------
 def tiers_from(calibration: pd.DataFrame, drop_untiered: bool = False) -> pd.DataFrame:
     """Per item: the reference model's refusal rate over its calibration replies (unparseable ones
@@ -140,6 +147,7 @@ def tiers_from(calibration: pd.DataFrame, drop_untiered: bool = False) -> pd.Dat
                      "tier": "easy" if rate < 1 / 3 else "medium" if rate <= 2 / 3 else "hard"})
     return pd.DataFrame(rows)
 
+
 def balanced_draw(tiers: pd.DataFrame, sizes: dict[str, int], seed: int) -> set[str]:
     """The items of the framed grid: per stratum, ``sizes[stratum]`` tiered items taken one tier at a time
     (easy, medium, hard, easy, ...; each tier's items in a seeded order), so that each stratum is spread
@@ -157,7 +165,9 @@ def balanced_draw(tiers: pd.DataFrame, sizes: dict[str, int], seed: int) -> set[
                     taken += 1
     return chosen
 
+
 CARRY = ("role", "frame", "paraphrase", "query")  # beside the engine's core: the stratum, frame and paraphrase
+
 
 def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.DataFrame:
     """1) calibration: the reference model, calibration frame, the whole decoding grid, on every drawn
@@ -211,6 +221,7 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore) -> pd.D
     return pd.concat([complete(pd.concat(parts, ignore_index=True))] + [as_null(complete(g), f) for f, g in nulls],
                      ignore_index=True)
 
+
 # --- 04 judging ----------------------------------------------------------------------------------------
 def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     """The outcome judge and the second judge on every reply. Both see the item's REQUEST without the
@@ -221,12 +232,14 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     chosen = [OutcomeJudge()] + [j for j in judges.build(p, models.load) if j.name in (fr.second_judge, "learned_harmful")]
     return judges.judge_replies(chosen, replies)
 
+
 # --- 05 statistics -------------------------------------------------------------------------------------
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
     # with tier_balance the items table holds every calibrated candidate; the statistics run on those drawn
     return analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
                         generations, judgments)
+
 
 def locality_check(tokenizer, wrapper: str, frames: dict) -> None:
     """``make check``: the frames differ only inside the wrapper's slot under this tokenizer."""

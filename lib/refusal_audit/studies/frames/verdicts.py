@@ -44,6 +44,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                                              "in notebook 05, each a row of stats/frames/confirmatory.csv)."]
                                             if rest else [])
 
+
 # --- flags: an uninformative familiarity stratum, judges that disagree ----------------------------------------
 def flags(p, tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     """``familiarity``: said when a model's familiar items are no more than the familiarity null gives by
@@ -83,11 +84,13 @@ def control_model(p) -> str:
             return m
     return ""
 
+
 def estimate_cell(r) -> str:
     return (f"{r['contrast']} {r['estimate']:+.2f} [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}] ({r['scale']}; Delta "
             f"{100 * r['delta']:+.1f} points), Holm p {r['p_holm']:.3g}; mean-square noise margin "
             f"{r['noise_margin']:+.3f} [{r['noise_lo']:+.3f}, {r['noise_hi']:+.3f}]"
             f"{' beyond' if bool(r['beyond_noise']) else ' not beyond'} paraphrase noise")
+
 
 def fpr_cell(rows: pd.DataFrame, shapes) -> str:
     n = int(rows["n_items"].max())
@@ -98,7 +101,9 @@ def fpr_cell(rows: pd.DataFrame, shapes) -> str:
         text += f"; noise comparison {100 * size:.1f} % (worst of {cells} null boundary shapes, {reps} draws, benchmark)"
     return text
 
+
 PAPER_ITEMS = {"all": 480, "non_harmful": 180}   # the paper roster's items per subset (benchmarks/frames_shapes.py)
+
 
 def power_cell(r, shapes, positive: bool) -> str:
     here = (f"power {r['power_primary_118']:.2f} at 11.8 points, {r['power_primary_036']:.2f} at 3.6, "
