@@ -118,7 +118,7 @@ def test_the_preregistered_control_run_recovers_the_plant_and_its_null_is_clean(
 
 
 def test_a_fresh_run_of_two_preregistered_items_gives_the_committed_replies(tmp_path):
-    """Reproducibility of the pre-registered run (issue 48 item 5): two of its 24 items regenerated now, through
+    """Reproducibility of the pre-registered run: two of its 24 items regenerated now, through
     the study's own prompts and the engine, for the control (3 frames x 2 paraphrases x 7 decodes), give replies
     whose sha256 equal the committed run's (organism/frame_control/preregistered_generations.csv, from `make all
     PARAMS=params/frames_control.yaml` at the registration commit; a second run gave the same aggregates to every

@@ -351,7 +351,7 @@ def test_a_frame_sensitive_table_with_small_swings_is_beyond_noise():
 
 def test_the_interaction_is_fitted_with_the_primary_models_covariates():
     """The frame x model Wald test from a pooled fit that carries, PER MODEL, paraphrase, C~ (centred within
-    each model) and frame:C~ (issue 48), checked against statsmodels' GEE on a hand-built design and the Wald
+    each model) and frame:C~, checked against statsmodels' GEE on a hand-built design and the Wald
     statistic b' V^-1 b by hand; and, with independence, its frame x model coefficients equal the difference
     of the two models' own primary fits (seen failing with the slopes shared: the sensitivity fit)."""
     import statsmodels.api as sm
@@ -615,7 +615,7 @@ def test_a_bad_shape_table_is_one_clear_error(tmp_path):
 
 def test_the_null_control_is_analysed_on_its_sampled_decodes_only():
     """One prompt under every frame label gives one greedy reply under each: those rows are dropped from the null
-    control (not from the models), so its cells' decodes are independent across frames (issue 48)."""
+    control (not from the models), so its cells' decodes are independent across frames."""
     d = pd.DataFrame({"model": ["m1", "m1", "m1:null", "m1:null"], "temperature": [0.0, 0.4, 0.0, 0.4], "y": 1.0})
     got = analysis.sampled_null(d)
     assert list(zip(got["model"], got["temperature"])) == [("m1", 0.0), ("m1", 0.4), ("m1:null", 0.4)]

@@ -72,7 +72,7 @@ def _params(margin=0.1, n=200):
 
 
 def test_unequal_judges_without_soft_refusals_are_not_read_as_soft_refusals():
-    """Issue 46's case through the study's own path at n = 200: no soft refusal, eviction turns half of the
+    """Judges of unequal accuracy through the study's own path at n = 200: no soft refusal, eviction turns half of the
     refusals into compliance, keyword 0.97 / 0.02 against a reference at 0.80 / 0.15. The difference alone is
     significant in several members (judge accuracy buys it); the claim holds in none, and the verdict says why.
     A real 50 % soft shift through the same path is claimed."""
@@ -141,7 +141,8 @@ def _replies(n, evicted_reply, full_label, evicted_label, model="m", learned_lab
 
 
 def test_what_the_test_cannot_see_is_counted_and_said():
-    """Issue 46's case: 10 evicted replies that give no help but that both judges read as compliance (both drops
+    """Replies that flip under both judges: 10 evicted replies that give no help but that both judges read as
+    compliance (both drops
     1.00, difference 0), 6 more that changed while both judges kept 'refusal', 4 unchanged, 4 changed that only the
     keyword monitor reads as compliance (a disagreement, which the test sees): the verdict says 10 flipped together
     and 6 kept, per arm and in all; neither an unchanged reply nor a disagreement is a blind spot."""
@@ -216,7 +217,7 @@ def test_human_agreement_on_each_judges_own_disagreements_and_blank_sheets(tmp_p
 
 
 def test_smallest_significant_difference_at_the_actual_holm_step():
-    """Issue 46: three of four members significant (12 of 12 prompts dropping under the keyword alone), the fourth
+    """Holm's last step: three of four members significant (12 of 12 prompts dropping under the keyword alone), the fourth
     not (5 of 12): its step is Holm's last, over 1 member, so 6 of 12 would have sufficed (2 / 2^6 < 0.05), not
     the first step's 8; the verdict says so."""
     n = 12

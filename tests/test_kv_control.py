@@ -142,7 +142,8 @@ SOFT_ARMS = ("system, sink_tail", "system, minus_span", "no system, full")      
 
 
 def span_keyed(ev: pd.DataFrame) -> bool:
-    """Issue 46's must-show on an evaluation table: keyword-hard share at least 0.75 in every condition that keeps the
+    """The span-keyed control's must-show on an evaluation table: keyword-hard share at least 0.75 in every
+    condition that keeps the
     system span's entries, at most 0.25 in every one that drops them, at each filler length (the sink and span arms
     at filler 1,024 only: at none the 30 % budget cannot hold them)."""
     ev = ev.set_index(["filler_tokens", "condition"])["keyword_rate"]

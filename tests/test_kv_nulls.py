@@ -61,7 +61,7 @@ def params(family, n_harmful=8):
 
 
 def test_null_verdict_states_the_smallest_difference_its_n_could_have_seen():
-    """Issue 41's new user: n = 8, three members, nothing significant -> 'only a difference of at least 0.875
+    """A new user's small run: n = 8, three members, nothing significant -> 'only a difference of at least 0.875
     (7 of 8 ...)', in the sentence and in confirmatory (min_significant_difference); at n = 3 none could."""
     family = ["sink_tail@0", "sink_tail@256", "snapkv@256"]
     p = params(family)

@@ -616,9 +616,9 @@ def _four_cells(rng, frame, swing, decodes):
 
 
 def test_noise_statistic_is_unbiased_under_decode_noise_for_a_concentrated_frame():
-    """Issue 48: +0.8 on a quarter of the items against +-0.22 rewording swings on every item, 3 decodes per
+    """Effects on a few items: +0.8 on a quarter of the items against +-0.22 rewording swings on every item, 3 decodes per
     cell. The noise statistic's mean over 400 tables equals the TRUE comparison (mean F^2 - mean P^2 =
-    0.16 - 0.0484) within Monte Carlo error; the mean-|.| statistic (issue 39) is pushed up by decode noise
+    0.16 - 0.0484) within Monte Carlo error; the earlier mean-|.| statistic is pushed up by decode noise
     (an item with F = 0 shows E|e| ~ 0.23), which this test catches (seen failing with it restored)."""
     rng = np.random.default_rng(11)
     n, reps = 120, 400
@@ -650,7 +650,7 @@ def test_decode_noise_variance_by_hand():
 def test_noise_criterion_grid_size_power_and_the_issue_case():
     """The criterion's size over the grid (frame effect 0..0.8 x random-sign swing SD 0..0.9) at the default
     run's n (36 items, 3 decodes; 19 non-harmful): at most 5 % wherever the true mean-square frame effect is
-    no larger than the true mean-square swing; power rises with the frame effect; issue 39's case (36 items x
+    no larger than the true mean-square swing; power rises with the frame effect; the default run's shape (36 items x
     7 decodes, frame 0.30, swing SD 0.5) is never beyond."""
     for n in (36, 19):
         g = stats.simulate_noise_grid(n, 3, reps=400, seed=n, family_size=33)
