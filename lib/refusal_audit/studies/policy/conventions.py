@@ -168,3 +168,11 @@ def run_guard(model, tokenizer, convention: str, prompts: list[str], *, max_new_
     finally:
         tokenizer.padding_side = side
     return texts, probs, lengths, counts, finish
+
+
+def guard_template_check(tokenizer, system: str | None, risk_name: str | None) -> None:
+    """``make check``: the guard's template renders the user's prompt (Granite Guardian with its risk name)."""
+    kwargs = {"guardian_config": {"risk_name": risk_name}} if risk_name else {}
+    text = chat.render(tokenizer, chat.turn(system, chat.PROBE_QUERY), **kwargs)
+    if chat.PROBE_QUERY not in text:
+        raise RuntimeError("the guard's template does not render the user's prompt")
