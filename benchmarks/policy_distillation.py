@@ -23,15 +23,15 @@ import torch
 
 from refusal_audit import config
 from refusal_audit.encoder import embed
-from refusal_audit.studies import policy
 from refusal_audit.studies.policy import arms
+from refusal_audit.studies.policy.stages import split_items
 
 
 def main(params_file: str = "params/default.yaml") -> None:
     start = time.perf_counter()
     p = config.load(params_file)
     s = p.studies["policy"]
-    items = policy._split_items(p)
+    items = split_items(p)
     train = items[items["role"] == "train"].reset_index(drop=True)
     held = items[(items["role"] == "benchmark") & items["clean"]].reset_index(drop=True)
     x = torch.as_tensor(np.asarray(embed(train["text"].tolist()), dtype=np.float32))

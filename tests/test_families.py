@@ -15,10 +15,11 @@ from refusal_audit import chat, families, generation, models, prompts, retention
 from refusal_audit.attention import attention_hook
 from refusal_audit.config import ModelSpec
 from refusal_audit.paths import ROOT
-from refusal_audit.studies import confusion, kv, policy
+from refusal_audit.studies import confusion, kv
 from refusal_audit.studies.confusion import user_span
 from refusal_audit.studies.contract import Rendering
 from refusal_audit.studies.frames import wrapper as W
+from refusal_audit.studies.policy.conventions import guard_template_check
 
 SYSTEM = "You are a careful assistant. Refuse harmful requests."
 QUERY = "Describe how a town library organises its catalogue."
@@ -261,7 +262,7 @@ def test_every_study_renders(tokenizers, family):
     built = prompts.render_ids(tok, SYSTEM, QUERY)
     assert user_span(tok, SYSTEM, built)[1] <= len(built)
     # policy: the guard's template (Granite Guardian with its guardian_config)
-    policy.guard_template_check(tok, None, "harm" if family == "granite_guardian" else None)
+    guard_template_check(tok, None, "harm" if family == "granite_guardian" else None)
 
 
 def test_a_template_that_cannot_render_a_study_is_refused(tokenizers):

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from refusal_audit.studies.policy import definitions
 from refusal_audit.studies.policy import rules as P
 
 # hand-built rows: dataset, metadata, and the class each policy must give (read off the definitions)
@@ -147,9 +148,9 @@ def test_disagreement_by_hand():
 
 
 def test_definitions_md_matches_the_rules_and_the_data(data_pool):
-    text = P.DEFINITIONS.read_text()
-    assert P.definitions_text(text, P.apply_policies(data_pool)) == text, \
-        "DEFINITIONS.md is out of date: run python -m refusal_audit.studies.policy.rules"
+    text = definitions.DEFINITIONS.read_text()
+    assert definitions.definitions_text(text, P.apply_policies(data_pool)) == text, \
+        "DEFINITIONS.md is out of date: run python -m refusal_audit.studies.policy.definitions"
     for q in (P.POLICY_A.question, P.POLICY_B.question):
         assert q in text
 

@@ -13,7 +13,10 @@ import pytest
 from refusal_audit import config, models, paths, store
 from refusal_audit.encoder import embed
 from refusal_audit.studies import policy as study
-from refusal_audit.studies.policy import analysis, arms, conventions, design, rules
+from refusal_audit.studies.policy import analysis, arms, conventions, design, rank, report, rules
+from refusal_audit.studies.policy.rows import verdict_rows
+from refusal_audit.studies.policy.verdicts import verdicts as verdicts_in_words
+from refusal_audit.verdict import Verdict
 
 SMALL = {  # two sets, 40 prompts each, small guards: seconds on CPU
     "datasets": ["harmbench", "xstest"],
@@ -151,7 +154,7 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     m = t["models"].set_index(["model", "seed"])
     assert m.loc[("E10_head_a100", 0), "trained_params"] == 64 * 4 + 4
     # the notebooks' summaries: the operational definitions, the contamination check and the seed floor
-    shown = {stage: study.summary(p, stage, table) for stage, table in (
+    shown = {stage: report.summary(p, stage, table) for stage, table in (
         ("items", items), ("prompts", prompts), ("generate", gens), ("judge", judged), ("analyse", t))}
     assert all(shown.values())
     text = " ".join(x for x in shown["items"] + shown["analyse"] if isinstance(x, str))
@@ -173,19 +176,20 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     assert v.loc["synthetic_A_flip10", "side_b_stricter"] == "A" and v.loc["synthetic_B_flip10", "side_b_stricter"] == "B"
     assert v.loc["E6_hard_a", "pos_b_stricter"] > 0.5 > v.loc["E1_b_only", "pos_b_stricter"]
     assert v.loc["E1_b_only", "side_b_stricter"] != "A" and v.loc["E6_hard_a", "side_b_stricter"] != "B"
-    said = study.verdicts(p, t)
+    said = verdicts_in_words(p, t)
     assert said[0].startswith("Known answers") and "NOT all recovered" in said[0]
     # the rule's calibration on these items, beside the verdict; the 0.5 rank test named a sensitivity analysis
     cal = t["verdict_calibration"]
     assert (cal["draws"] == 40).all() and cal["error_ok"].all() and len(cal) == 31
-    rows = study.verdict_rows(p, t)
-    assert {r["role"] for r in rows} == {"primary", "positive control", "null control", "calibration"}
-    assert all(set(r) == set(study.VERDICT_KEYS) and all(isinstance(v, str) and v for v in r.values()) for r in rows)
+    rows = verdict_rows(p, t)
+    assert {r.role for r in rows} == {"primary", "positive control", "null control", "calibration"}
+    assert all(tuple(r.cells()) == Verdict.TEXT and all(isinstance(v, str) and v for v in r.cells().values())
+               for r in rows)
     assert any(x.startswith("How far this verdict can be trusted") for x in said)
     assert any(x.startswith("Sensitivity analysis") for x in said)
     assert t["rank_test_at_half"]["analysis"].str.startswith("sensitivity").all()
     assert set(t["guard_positions"]["guard"]) >= {"E10_head_a100", "synthetic_mixed"}
-    drawn = study.figures(p, t, [tmp_path / "figures"])
+    drawn = report.figures(p, t, [tmp_path / "figures"])
     assert drawn == ["policy_range_vs_floor", "policy_arms_heatmap", "policy_guard_verdict",
                      "policy_validation_vs_agreement"]
     assert all((tmp_path / "figures" / f"{f}.png").is_file() for f in drawn)
@@ -240,7 +244,7 @@ def test_an_entirely_contaminated_benchmark_is_reported_and_excluded(small_items
     assert not np.isinf(t["sensitivity"][["delta", "phi"]].to_numpy()).any()
     d = t["definitions"].set_index("benchmark").loc["xstest_safe"]
     assert d["status"] == "excluded: entirely contaminated" and d["n_clean"] == 0 and np.isnan(d["unsafe_under_a"])
-    shown = study.summary(p, "items", items)
+    shown = report.summary(p, "items", items)
     assert any(isinstance(x, str) and "Excluded, entirely contaminated" in x and "xstest_safe" in x for x in shown)
 
 
@@ -360,17 +364,17 @@ def test_a_guard_model_runs_on_the_clean_benchmark_rows_and_its_outputs_are_judg
 
 def test_the_report_items_state_the_definitions_the_seed_floor_and_the_training_pool(small_items, tmp_path):
     p = params()
-    pool = study.training_pool(p)
+    pool = report.training_pool(p)
     train = small_items[small_items["role"] == "train"]
     assert list(pool.columns) == ["id", "prompt"] and sorted(pool["id"]) == sorted(train["item_id"])
-    items = study.reporting(p)
-    assert rules.POLICY_A.question in items["definition"] and "over-refusal" in items["definition"]
-    assert "E1_b_only, E3_mix_a50" in items["seed_floor"] and "|" not in items["seed_floor"]
+    items = report.reporting(p)
+    assert rules.POLICY_A.question in items.definition and "over-refusal" in items.definition
+    assert "E1_b_only, E3_mix_a50" in items.seed_floor and "|" not in items.seed_floor
     folder = paths.run_dir(p.run_name) / "stats" / "policy"
     folder.mkdir(parents=True)
     pd.DataFrame({"benchmark": ["harmbench_copyright"], "delta": [1.0], "phi_min": [0.0], "phi_median": [0.0],
                   "phi_max": [0.17], "ratio": [5.88]}).to_csv(folder / "sensitivity.csv", index=False)
-    assert "| harmbench_copyright | 1.000 | 0.000 / 0.000 / 0.170 | 5.88 |" in study.reporting(p)["seed_floor"]
+    assert "| harmbench_copyright | 1.000 | 0.000 / 0.000 / 0.170 | 5.88 |" in report.reporting(p).seed_floor
 
 
 def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_family():
@@ -384,7 +388,7 @@ def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_fa
              "b3": {"A1": 0.1, "A2": 0.2, "B1": 0.9, "B2": 0.8, "B3": 0.7}}
     rows = [{"model": m, "seed": 0, "subset": "clean", "benchmark": b, "rate": r}
             for b, d in rates.items() for m, r in d.items()]
-    t = analysis.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0).set_index("benchmark")
+    t = rank.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0).set_index("benchmark")
     assert (t.loc["b2", "n"], t.loc["b2", "k"]) == (4, 1) and t.loc["b2", "p_toward_a"] == pytest.approx(1 / 4)
     assert t.loc["b1", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2)) and bool(t.loc["b1", "designated_take_top_k"])
     assert t.loc["b3", "p_toward_a"] == pytest.approx(1.0)
@@ -395,7 +399,7 @@ def test_the_rank_test_uses_the_arms_present_on_a_benchmark_and_holm_over_the_fa
                          "rate": [1.0, 0.0, 0.0, 0.4], "n": 5})
     side = analysis.toward_a(refs)
     assert side == {"b1": "greater", "b3": "less"}
-    t = analysis.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0, side).set_index("benchmark")
+    t = rank.rank_tests(pd.DataFrame(rows), ["A1", "A2", "B1", "B2", "B3"], ["A1", "A2"], 0, side).set_index("benchmark")
     assert t.loc["b3", "toward_a"] == "less" and t.loc["b3", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2))
     assert bool(t.loc["b3", "designated_take_top_k"]) and t.loc["b2", "toward_a"] == "greater"
 
@@ -421,16 +425,16 @@ def test_the_confirmatory_rank_test_takes_each_arm_at_its_operating_point():
     gens = pd.DataFrame([{"model": a, "seed": 0, "item_id": r.item_id,
                           "p_unsafe": r.base + shift[a] + (0.3 if r.benchmark == "differ" and a in designated else 0.0)}
                          for a in arms for r in items.itertuples()])
-    points = analysis.operating_points(gens, items, arms, 0).set_index("model")
+    points = rank.operating_points(gens, items, arms, 0).set_index("model")
     assert points.loc["A1", "threshold"] - points.loc["B1", "threshold"] == pytest.approx(0.15)
     assert (points["flagged_share"] == 0.5).all() and (points["n_validation"] == 20).all()
-    cond = analysis.conditioned_scores(gens, items, points.reset_index(), 0)
+    cond = rank.conditioned_scores(gens, items, points.reset_index(), 0)
     agree = cond[cond["benchmark"] == "agree"].set_index("model")["rate"]
     assert agree.nunique() == 1  # the shift is gone where the policies agree
     at_half = cond.assign(rate=[float((gens[(gens["model"] == m)].merge(items[items["benchmark"] == b], on="item_id")
                                        ["p_unsafe"] >= 0.5).mean()) for m, b in zip(cond["model"], cond["benchmark"])])
-    naive = analysis.rank_tests(at_half, arms, designated, 0).set_index("benchmark")
-    conditioned = analysis.rank_tests(cond, arms, designated, 0).set_index("benchmark")
+    naive = rank.rank_tests(at_half, arms, designated, 0).set_index("benchmark")
+    conditioned = rank.rank_tests(cond, arms, designated, 0).set_index("benchmark")
     assert naive["designated_take_top_k"].all()  # at 0.5: on top on both benchmarks
     assert bool(conditioned.loc["differ", "designated_take_top_k"]) and not conditioned.loc["agree", "designated_take_top_k"]
     assert conditioned.loc["differ", "p_toward_a"] == pytest.approx(1 / math.comb(5, 2))

@@ -32,12 +32,15 @@ def not_applicable(why: str) -> str:
 @dataclass(frozen=True)
 class ControlState:
     """One control of a study: a planted effect (``positive``) that must be recovered, or a control with no
-    effect (``null``) that must stay silent; ``state`` one of ``WORDS``; ``detail`` what was measured."""
+    effect (``null``) that must stay silent; ``state`` one of ``WORDS``; ``detail`` what was measured;
+    ``words`` the study's own words for the state where its cells have always said it otherwise (the cell
+    keeps them; the state stays typed)."""
 
     name: str
     kind: str  # "positive" | "null"
     state: str
     detail: str = ""
+    words: str = ""
 
     def __post_init__(self):
         if self.kind not in ("positive", "null"):
@@ -47,22 +50,22 @@ class ControlState:
             raise ValueError(f"control {self.name!r} ({self.kind}): state {self.state!r}; expected one of {allowed}")
 
     @classmethod
-    def positive(cls, name: str, recovered: bool | None, detail: str = "") -> ControlState:
+    def positive(cls, name: str, recovered: bool | None, detail: str = "", words: str = "") -> ControlState:
         """A planted control: recovered, not recovered, or not run (``None``)."""
         return cls(name, "positive", NOT_RUN if recovered is None else RECOVERED if recovered else NOT_RECOVERED,
-                   detail)
+                   detail, words)
 
     @classmethod
-    def null(cls, name: str, called: bool | None, detail: str = "") -> ControlState:
+    def null(cls, name: str, called: bool | None, detail: str = "", words: str = "") -> ControlState:
         """A control with no effect: clean (not called), rejected (called: the test fired), or not run (``None``)."""
-        return cls(name, "null", NOT_RUN if called is None else REJECTED if called else CLEAN, detail)
+        return cls(name, "null", NOT_RUN if called is None else REJECTED if called else CLEAN, detail, words)
 
     @property
     def ok(self) -> bool:
         return self.state in (RECOVERED, CLEAN)
 
     def text(self, separator: str = " ") -> str:
-        return f"{self.name}{separator}{WORDS[self.state]}{self.detail}"
+        return f"{self.name}{separator}{self.words or WORDS[self.state]}{self.detail}"
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,15 @@ exchangeability rank test (``exchangeability_rank_test``), Spearman's rho (``spe
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from ... import stats
-from . import conventions, design, verdict
+from . import conventions, design, following
+from .answers import scored_rows
+from .arms import last_signal
+from .rank import conditioned_scores, operating_points, rank_tests
+from .simulation import run_calibration
 
 HEADLINE_MODE = "loose"
 HEADLINE_ON_ERROR = "fail-open"
@@ -140,70 +142,6 @@ def toward_a(refs: pd.DataFrame) -> dict[str, str]:
     wide = refs.pivot_table(index="benchmark", columns="model", values="rate", aggfunc="first")
     a, b = wide[next(iter(REFERENCES))], wide[list(REFERENCES)[1]]
     return {bench: ("less" if a[bench] < b[bench] else "greater") for bench in wide.index}
-
-
-def operating_points(generations: pd.DataFrame, items: pd.DataFrame, arm_names: list[str], seed: int) -> pd.DataFrame:
-    """Per arm (run seed): the P(unsafe) threshold at which it flags the same share of the undisputed
-    validation rows (A's and B's binary labels agree) as those rows' labels do. An arm that flags more
-    everywhere (a stricter prior, or more capacity) then ranks with the others wherever the policies
-    agree, and only where they differ can its last supervision signal show."""
-    val = items[(items["role"] == "validation") & ~items["disputed_binary"].astype(bool)]
-    if val.empty:
-        raise ValueError("policy operating points: no undisputed validation rows (policy.split.validation is 0?)")
-    share = float(val["unsafe_a"].astype(bool).mean())
-    g = generations[(generations["seed"] == seed) & generations["model"].isin(arm_names)
-                    & generations["item_id"].isin(set(val["item_id"]))]
-    t = g.groupby("model")["p_unsafe"].quantile(1 - share).rename("threshold").reset_index()
-    t["flagged_share"] = share
-    t["n_validation"] = len(val)
-    return t
-
-
-def conditioned_scores(generations: pd.DataFrame, items: pd.DataFrame, points: pd.DataFrame, seed: int) -> pd.DataFrame:
-    """Per arm and benchmark (clean rows, run seed): the share flagged at the arm's operating point
-    (``operating_points``), in the columns ``rank_tests`` reads."""
-    clean = items[(items["role"] == "benchmark") & items["clean"].astype(bool)][["item_id", "benchmark"]]
-    g = generations[(generations["seed"] == seed) & generations["model"].isin(points["model"])]
-    g = g.merge(clean, on="item_id")
-    g["flag"] = g["p_unsafe"] >= g["model"].map(points.set_index("model")["threshold"])
-    out = g.groupby(["model", "benchmark"])["flag"].mean().rename("rate").reset_index()
-    return out.assign(seed=seed, subset="clean")
-
-
-def rank_tests(score_table: pd.DataFrame, arm_names: list[str], designated: list[str], seed: int,
-               toward: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per benchmark: the exchangeability rank test of the arms whose last supervision is policy A
-    (clean rows, run seed): one-sided toward A's labels (``toward[benchmark]``: ``greater`` where A's
-    labels call more of its rows unsafe than B's, ``less`` where fewer; default ``greater``) and
-    two-sided, beside 1/C(n, k). ``designated_take_top_k``: they take the k most extreme ranks on
-    that side."""
-    s = score_table[(score_table["subset"] == "clean") & (score_table["seed"] == seed)
-                    & score_table["model"].isin(arm_names)]
-    rows = []
-    for b, g in s.groupby("benchmark", sort=False):
-        x = g.set_index("model")["rate"]
-        present = [a for a in designated if a in x.index]  # an arm may lack a benchmark: test the arms present
-        k = len(present)
-        if not 0 < k < len(x):
-            continue
-        side = (toward or {}).get(b, "greater")
-        one = stats.exchangeability_rank_test(x, present, side)
-        two = stats.exchangeability_rank_test(x, present, "two-sided")
-        y = x if side == "greater" else -x
-        top = set(y.sort_values(ascending=False).index[:k])
-        rows.append({"benchmark": b, "toward_a": side, "n": one.n, "k": one.k, "rank_sum": one.rank_sum,
-                     "p_toward_a": one.pvalue, "p_two_sided": two.pvalue,
-                     "one_over_n_choose_k": 1 / math.comb(one.n, one.k),
-                     "designated_take_top_k": top == set(present) and y[present].min() > y.drop(present).max(),
-                     "min_designated": x[present].min(), "max_other": x.drop(present).max()})
-    cols = ["benchmark", "toward_a", "n", "k", "rank_sum", "p_toward_a", "p_two_sided", "one_over_n_choose_k",
-            "designated_take_top_k", "min_designated", "max_other"]
-    out = pd.DataFrame(rows, columns=cols)
-    # the confirmatory family: the one-sided test on every benchmark tested; Holm over that family only
-    # (the two-sided p is descriptive)
-    out.insert(out.columns.get_loc("p_toward_a") + 1, "p_toward_a_holm", stats.holm(out["p_toward_a"]))
-    order = {b: i for i, b in enumerate(design.BENCHMARKS)}
-    return out.sort_values("benchmark", key=lambda c: c.map(order)).reset_index(drop=True)
 
 
 def _agreement_with_a(d: pd.DataFrame) -> float:
@@ -329,25 +267,25 @@ def disputed(m: pd.DataFrame, seed: int) -> pd.DataFrame:
 
 
 def guard_verdicts(m: pd.DataFrame, items: pd.DataFrame, recipes: list[str], seed: int, alpha: float) -> pd.DataFrame:
-    """``verdict.verdicts`` for every model of the run (each arm at every seed, each released guard
+    """``following.verdicts`` for every model of the run (each arm at every seed, each released guard
     read under its convention: ``loose``, fail-open) and for the three synthetic guards of known
-    answer (``verdict.synthetic``), on the clean benchmark rows; each with its position among the
+    answer (``following.synthetic``), on the clean benchmark rows; each with its position among the
     arms at the run seed and the seed floor of the arms' agreement with A; for the arms, whether the
     verdict names their own last supervision signal (``names_own_signal``)."""
-    rows = verdict.scored_rows(items)
+    rows = scored_rows(items)
     b = m[(m["judge"] == HEADLINE_MODE) & (m["role"] == "benchmark") & m["clean"].astype(bool)].copy()
     b["unsafe"] = _unsafe(b)
     b["guard"] = np.where(b["seed"] == seed, b["model"], b["model"] + "|s" + b["seed"].astype(str))
     ans = b.rename(columns={"item_id": "id"})[["guard", "id", "unsafe", "kind", "last_signal", "model", "seed"]]
-    synth = verdict.synthetic(rows, seed).assign(seed=seed)
+    synth = following.synthetic(rows, seed).assign(seed=seed)
     ans = pd.concat([ans, synth.assign(model=synth["guard"])], ignore_index=True)
-    t = verdict.verdicts(ans, rows, alpha, seed)
+    t = following.verdicts(ans, rows, alpha, seed)
     meta = ans.drop_duplicates("guard").set_index("guard")
     t.insert(1, "model", t["guard"].map(meta["model"]))
     t.insert(2, "seed", t["guard"].map(meta["seed"]).astype(int))
     arms_all = t[t["kind"] == "arm"]
-    floor = verdict.seed_floor(arms_all, recipes)
-    t = verdict.position(t, arms_all[arms_all["seed"] == seed], floor)
+    floor = following.seed_floor(arms_all, recipes)
+    t = following.position(t, arms_all[arms_all["seed"] == seed], floor)
     own = t["last_signal"].str.replace("known: ", "", regex=False).str.upper().replace({"NONE": "UNDETERMINED"})
     known = t["kind"].isin(["arm", "synthetic"]) & own.isin(["A", "B", "UNDETERMINED", "MIXED"])  # not a mixed arm
     t["names_own_signal"] = pd.Series(t["follows"].str.upper() == own, dtype=object).where(known, None)
@@ -356,11 +294,11 @@ def guard_verdicts(m: pd.DataFrame, items: pd.DataFrame, recipes: list[str], see
 
 def guard_answers(m: pd.DataFrame, items: pd.DataFrame, seed: int) -> pd.DataFrame:
     """``guard, id, unsafe`` of the run's guards at the run seed and the synthetic guards (as
-    ``guard_verdicts`` reads them), for ``verdict.rule_pair_positions``."""
-    rows = verdict.scored_rows(items)
+    ``guard_verdicts`` reads them), for ``following.rule_pair_positions``."""
+    rows = scored_rows(items)
     b = m[(m["judge"] == HEADLINE_MODE) & (m["role"] == "benchmark") & m["clean"].astype(bool) & (m["seed"] == seed)]
     ans = pd.DataFrame({"guard": b["model"], "id": b["item_id"], "unsafe": _unsafe(b).to_numpy()})
-    return pd.concat([ans, verdict.synthetic(rows, seed)[["guard", "id", "unsafe"]]], ignore_index=True)
+    return pd.concat([ans, following.synthetic(rows, seed)[["guard", "id", "unsafe"]]], ignore_index=True)
 
 
 def definitions(items: pd.DataFrame) -> pd.DataFrame:
@@ -393,8 +331,6 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     items = design.own(items)
     m = merged(items, generations, judgments)
     arm_names = [a.name for a in s.arms]
-    from .arms import last_signal
-
     ranked = [a for a in s.arms if a.name in s.rank_arms] if s.rank_arms else list(s.arms)
     designated = [a.name for a in ranked if last_signal(a) == "a"]
     score_table = scores(m, alpha)
@@ -407,9 +343,9 @@ def analyse(s, p_seed: int, alpha: float, items: pd.DataFrame, generations: pd.D
     sweep = convention_sweep(m, p_seed)
     return {
         "guard_verdict": guard_verdicts(m, items, list(s.seed_recipes), p_seed, alpha),
-        "guard_positions": verdict.rule_pair_positions(guard_answers(m, items, p_seed), verdict.scored_rows(items),
-                                                       alpha, p_seed),
-        "verdict_calibration": verdict.run_calibration(verdict.scored_rows(items), alpha, p_seed, s.calibration_draws),
+        "guard_positions": following.rule_pair_positions(guard_answers(m, items, p_seed), scored_rows(items), alpha,
+                                                         p_seed),
+        "verdict_calibration": run_calibration(scored_rows(items), alpha, p_seed, s.calibration_draws),
         "definitions": definitions(items),
         "overlap": design.overlap(items),
         "models": models_table(generations),

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ...encoder import encoder
 from . import rules
 
 CLASSES = rules.CLASSES
@@ -205,9 +206,7 @@ class LoraEncoder(nn.Module):
 
     def __init__(self, r: int, alpha: int, dropout: float, targets: list[str]):
         super().__init__()
-        from peft import LoraConfig, get_peft_model
-
-        from ...encoder import encoder
+        from peft import LoraConfig, get_peft_model  # lazy: peft, loaded only by the LoRA route
 
         st = encoder()
         self.tokenizer = st.tokenizer
@@ -285,8 +284,6 @@ class Trainer:
         return fitted
 
     def _encoder_params(self) -> int:
-        from ...encoder import encoder
-
         return n_params(encoder())
 
     def _recalibrate(self, arm, base: Fitted, seed: int) -> Fitted:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
+from ... import chat
 from ...judges import guards
 from . import rules
 
@@ -128,17 +130,13 @@ def run_guard(model, tokenizer, convention: str, prompts: list[str], *, max_new_
     stopped (``eos`` or ``length``). The prompt is the model's own chat
     template over one user turn (with ``system`` first when given; Granite Guardian's
     ``guardian_config`` from ``risk_name``)."""
-    import torch
-
     words = VERDICT_WORDS.get(convention)
     unsafe_ids = _verdict_token_ids(tokenizer, words[0]) if words else []
     safe_ids = _verdict_token_ids(tokenizer, words[1]) if words else []
-    from ...chat import render, turn
-
     kwargs = {"guardian_config": {"risk_name": risk_name}} if risk_name else {}
     rendered = []
     for p in prompts:
-        rendered.append(render(tokenizer, turn(system, p), **kwargs))
+        rendered.append(chat.render(tokenizer, chat.turn(system, p), **kwargs))
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     texts, probs, lengths, counts, finish = [], [], [], [], []
@@ -170,3 +168,11 @@ def run_guard(model, tokenizer, convention: str, prompts: list[str], *, max_new_
     finally:
         tokenizer.padding_side = side
     return texts, probs, lengths, counts, finish
+
+
+def guard_template_check(tokenizer, system: str | None, risk_name: str | None) -> None:
+    """``make check``: the guard's template renders the user's prompt (Granite Guardian with its risk name)."""
+    kwargs = {"guardian_config": {"risk_name": risk_name}} if risk_name else {}
+    text = chat.render(tokenizer, chat.turn(system, chat.PROBE_QUERY), **kwargs)
+    if chat.PROBE_QUERY not in text:
+        raise RuntimeError("the guard's template does not render the user's prompt")

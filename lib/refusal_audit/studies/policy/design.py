@@ -91,8 +91,8 @@ _LICENCE_LINE = re.compile(r"^[\s>*-]*licen[cs]e\b[^:\n]*:(.*)$", re.IGNORECASE 
 
 
 def check_provenance(names, data_dir=None) -> None:
-    """Every prompt file of the datasets ``names`` has its provenance (issue 45: a data file for new
-    items without a licence or source row stops ``make check``): a ``SOURCE.md`` in the file's folder
+    """Every prompt file of the datasets ``names`` has its provenance (a data file of new items without a
+    licence or source row must not enter a run: it stops ``make check``): a ``SOURCE.md`` in the file's folder
     that names the file, has a licence line (``License: ...`` or ``Licence: ...``) stating the
     licence the items table records for it (``LICENCES``), and records the file's sha256 (a file
     edited without its SOURCE.md stops too). Raises ``ProvenanceError``, one line naming the file."""

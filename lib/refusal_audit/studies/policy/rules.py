@@ -10,8 +10,8 @@ data, not code: an ordered tuple of ``Rule(dataset, field, values, label, why)``
 first rule whose dataset matches and whose ``field`` holds one of ``values`` (``field=None``: every
 row of the dataset) gives the label. Item rules (a behaviour id) come before the category rule
 they refine. ``DEFINITIONS.md`` beside this file states both definitions in words and prints both
-rule tables (``rules_markdown``) and the measured disagreement (``definitions_tables``); a test
-keeps it equal to this file.
+rule tables and the measured disagreement (``definitions``, which rewrites them); a test keeps it
+equal to this file.
 
 Nothing is silently dropped or mislabelled by a typo: ``apply_policies`` stops on a row that no rule
 of a policy labels, and on a rule whose dataset is unknown, whose field is not a column of its
@@ -62,7 +62,8 @@ SOURCES: dict[str, Source] = {
                                 ("harm_area", "category"), "id"),
     "openai_moderation": Source("openai_moderation/samples-1680.jsonl.gz", "prompt",
                                 ("S", "H", "V", "HR", "SH", "S3", "H2", "V2")),
-    # requests written for this repository under the policy definitions (issue 45 item 6: B-stricter evidence)
+    # requests written for this repository under the policy definitions: B-stricter evidence beyond XSTest's one
+    # rule pair, from a second source (no public set with a licence labels these disputes)
     "written": Source("policy_written/requests.csv", "prompt", ("type", "label"), "id"),
 }
 DEFAULT_DATASETS = ("harmbench", "xstest", "jbb_harmful", "jbb_benign", "strongreject", "advbench")
@@ -369,72 +370,3 @@ def crosstab(labelled: pd.DataFrame, a: str = "a", b: str = "b") -> pd.DataFrame
     t = pd.crosstab(labelled[f"label_{a}"], labelled[f"label_{b}"])
     return t.reindex(index=list(CLASSES), columns=list(CLASSES), fill_value=0).rename_axis(index="A \\ B",
                                                                                             columns=None)
-
-
-# --- the written definitions -----------------------------------------------------------------------
-
-def _md_table(df: pd.DataFrame) -> str:
-    cells = [[str(v) for v in df.columns]] + [[str(v) for v in row] for row in df.itertuples(index=False)]
-    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in cells]
-    lines.insert(1, "|" + "|".join("---" for _ in df.columns) + "|")
-    return "\n".join(lines)
-
-
-def rules_markdown(policy: Policy) -> str:
-    """The policy's rule table in Markdown (read in order; the first matching rule labels a row)."""
-    rows = [{"rule": policy.rule_id(i), "dataset": r.dataset, "field": r.field or "(every row)",
-             "values": ", ".join(f"`{v}`" for v in r.values), "class": r.label, "why": r.why}
-            for i, r in enumerate(policy.rules)]
-    return _md_table(pd.DataFrame(rows))
-
-
-def definitions_tables(labelled: pd.DataFrame) -> str:
-    """The measured tables DEFINITIONS.md prints: rows per dataset and class, the A x B cross-table,
-    the disagreement per class, and per dataset."""
-    def fmt(x) -> str:
-        return "" if pd.isna(x) else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-    counts = (labelled.groupby(["dataset", "label_a", "label_b"], sort=False).size().rename("rows").reset_index())
-    per_class = disagreement(labelled)
-    overall = per_class[per_class["class"].isin(["4-class", "binary"])][["class", "n", "n_both", "disagree_either"]]
-    overall = overall.rename(columns={"class": "labels", "n_both": "agree", "disagree_either": "disagreement"})
-    per_class = per_class[per_class["class"].isin(CLASSES)].drop(columns="n")
-    per_ds = disagreement(labelled, by="dataset")
-    per_ds = per_ds[per_ds["class"].isin(["4-class", "binary"])].pivot(index="dataset", columns="class",
-                                                                        values="disagree_either")
-    per_ds.insert(0, "n", labelled.groupby("dataset", sort=False).size())
-    per_ds = per_ds.reset_index()
-    ct = crosstab(labelled).reset_index()
-    parts = [("Rows per dataset and label pair", counts), ("A (rows) x B (columns)", ct),
-             ("Overall disagreement", overall), ("Disagreement per class", per_class),
-             ("Disagreement per dataset", per_ds)]
-    return "\n\n".join(f"**{title}**\n\n{_md_table(t.map(fmt))}" for title, t in parts)
-
-
-DEFINITIONS = Path(__file__).with_name("DEFINITIONS.md")
-_BLOCKS = ("rules-a", "rules-b", "measured")
-
-
-def definitions_text(text: str, labelled: pd.DataFrame) -> str:
-    """``text`` (DEFINITIONS.md) with its generated blocks (between ``<!-- begin NAME -->`` and
-    ``<!-- end NAME -->``) rewritten from the rules and the dual-labelled pool."""
-    content = {"rules-a": rules_markdown(POLICY_A), "rules-b": rules_markdown(POLICY_B),
-               "measured": definitions_tables(labelled)}
-    for name in _BLOCKS:
-        begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-        if begin not in text or end not in text:
-            raise RuleError(f"DEFINITIONS.md: missing the markers {begin} ... {end}")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{begin}\n{content[name]}\n{end}{tail}"
-    return text
-
-
-def main() -> None:
-    """Rewrite the generated tables of DEFINITIONS.md from the rules and the pool built from data/."""
-    DEFINITIONS.write_text(definitions_text(DEFINITIONS.read_text(), apply_policies(build_pool())))
-    print(f"wrote {DEFINITIONS}")
-
-
-if __name__ == "__main__":
-    main()
