@@ -123,7 +123,3 @@ def missing(study: str, why: str) -> Verdict:
     cell = not_computed(why)
     return Verdict(study, "(none)", PRIMARY, "(not available)", "not computed", cell, cell, cell,
                    Controls(flags=(cell,)))
-
-
-def from_cells(row: dict) -> Verdict:  # TEMPORARY (stage A): a study's text-cell dict as a Verdict
-    return Verdict(**{k: v for k, v in row.items() if k != "controls"}, controls=Controls(flags=(row["controls"],)))
