@@ -164,7 +164,7 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     # every trained arm's verdict beside its last supervision signal (the same function as any guard's). This
     # pool (HarmBench and XSTest) has no request-style safe baseline (JailbreakBench): the copyright items
     # (A stricter) are in the requests group, whose baseline has 0 answered items, so no guard gets a position
-    # there and none is named a policy (issue 45: a baseline class under MIN_ITEMS answers gives undetermined
+    # there and none is named a policy (a baseline class under MIN_ITEMS answers gives undetermined
     # with the counts)
     v = t["guard_verdict"].set_index("guard")
     assert v["follows"].eq("undetermined").all()
@@ -460,7 +460,7 @@ def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():
     assert float(arms.kd_loss(st, tt, tau, torch.ones(5, dtype=torch.float64))) == pytest.approx(kl.mean() * tau ** 2)
 
 
-# --- provenance of the prompt files (issue 45 item 6) ----------------------------------------------------------
+# --- provenance of the prompt files ------------------------------------------------------------------------------
 @pytest.mark.parametrize("break_it, message", [
     (lambda d: (d / "SOURCE.md").unlink(), "no SOURCE.md beside it"),
     (lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("- License: MIT", "- Terms: MIT")),

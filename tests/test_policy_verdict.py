@@ -43,11 +43,11 @@ def test_synthetic_guards_built_from_the_labels_come_out_a_b_and_undetermined(ro
     t = following.verdicts(following.synthetic(rows, seed=0), rows, alpha=0.05).set_index("guard")
     assert t.loc["synthetic_A_flip10", "follows"] == "A"
     # B's labels with 10 % flipped: B (before the written requests, on XSTest's 17 B-stricter items alone, this
-    # draw's interval reached 0.49 and it was undetermined: power; with 62 items it is named, issue 45 item 6)
+    # draw's interval reached 0.49 and it was undetermined: power; with 62 items it is named)
     assert t.loc["synthetic_B_flip10", "follows"] == "B"
     assert t.loc["synthetic_B_flip10", "side_a_stricter"] == "B"
     assert t.loc["synthetic_coin", "follows"] == "undetermined"
-    assert t.loc["synthetic_mixed", "follows"] == "mixed"  # issue 38's guard: B on A-stricter, A on B-stricter
+    assert t.loc["synthetic_mixed", "follows"] == "mixed"  # the mixed guard: B on A-stricter, A on B-stricter
     syn = following.synthetic(rows, seed=0)
     disputed = (rows["unsafe_a"] != rows["unsafe_b"]).to_numpy()
     for g, col in (("synthetic_A_flip10", "unsafe_a"), ("synthetic_B_flip10", "unsafe_b")):
@@ -105,7 +105,7 @@ def test_benchmark_scores_and_sentences(rows):
     disputed = (rows["unsafe_a"].astype(bool) != rows["unsafe_b"].astype(bool)).sum()
     assert set(pairs["guard"]) == set(ans["guard"]) and (pairs.groupby("guard")["n"].sum() == disputed).all()
     one = following.sentences(following.verdicts(ans, rows, 0.05), 0.05, pairs)[0]
-    assert "all from one rule pair" not in one  # the B-stricter direction: three rule pairs (issue 45 item 6)
+    assert "all from one rule pair" not in one  # the B-stricter direction: three rule pairs
     assert "scored on the clean benchmark split" in one
     # without the written requests the B-stricter direction rests on XSTest's one pair, and says so
     xs = rows[rows["dataset"] != "written"].reset_index(drop=True)
@@ -115,7 +115,7 @@ def test_benchmark_scores_and_sentences(rows):
 
 
 def test_the_b_stricter_direction_has_50_clean_items_from_two_sources_and_three_rule_pairs(rows):
-    """Issue 45 item 6 on the default split: at least 50 clean benchmark B-stricter items from at least
+    """The written requests on the default split: at least 50 clean benchmark B-stricter items from at least
     two rule pairs and two sources (XSTest 17, the written requests 31 + 14), each written pair with a
     same-format baseline of at least MIN_ITEMS both-safe and both-unsafe items (the `written` group)."""
     b = rows[~rows["unsafe_a"].astype(bool) & rows["unsafe_b"].astype(bool)]
@@ -129,7 +129,7 @@ def test_the_b_stricter_direction_has_50_clean_items_from_two_sources_and_three_
 
 
 def test_a_users_guard_may_be_scored_on_every_row_and_the_verdict_says_which(pool_items, rows):
-    """Issue 45 item 6: `make guard-items SCOPE=all` gives every row of the pool (a guard never trained
+    """`make guard-items SCOPE=all` gives every row of the pool (a guard never trained
     on the arms' pool), all 50 XSTest A04/B05 rows and 128 written B-stricter rows among them; the
     verdict on those answers reads every row and says so (`scope`, and in its sentence); answers on
     the default items read the clean benchmark split."""
@@ -397,7 +397,7 @@ def _finished_run(tmp_path, monkeypatch, pool_items, rows):
 
 
 def test_make_guard_verdict_on_guards_keyed_on_length_or_one_dispute(tmp_path, monkeypatch, pool_items, rows, capsys):
-    """Issue 45's guards through make guard-verdict, scored on the blind guard items (id, prompt): a
+    """Confounded guards through make guard-verdict, scored on the blind guard items (id, prompt): a
     guard that flags every prompt shorter than 150 characters names no policy; guards that side with A
     on HarmBench copyright only (B elsewhere) and the reverse are mixed, naming the pairs; followers of
     A and of B with 5 % false flags and 92 % recall keep A and B."""
@@ -479,7 +479,7 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     assert f"follows_A {need.loc['follows_A', 'power']:.0%}, needs {need.loc['follows_A', 'needed']}" in lines[1]
     assert (need["n_disputed"] == n_disputed).all() and need.loc["follows_B", "power"] >= 0.8
     assert need.loc["follows_B", "needed"] <= n_disputed < need.loc["follows_A_borderline", "needed"]
-    # the strata grown are named: only those that need it (issue 45); none where the items available suffice
+    # the strata grown are named: only those that need it; none where the items available suffice
     assert need.loc["follows_A", "grow"] == "none" and need.loc["follows_A_borderline", "grow"] != "none"
     assert f"follows_A_borderline {need.loc['follows_A_borderline', 'power']:.0%}, needs " in lines[1]
     # the power at the items available is the calibration's own simulation of that profile on those items

@@ -250,6 +250,8 @@ def synthetic(rows: pd.DataFrame, seed: int, flip: float = 0.1) -> pd.DataFrame:
     parts.append(pd.DataFrame({"guard": "synthetic_mixed", "id": ids, "unsafe": rng.random(n) < rate}))
     return pd.concat(parts, ignore_index=True).assign(kind="synthetic", last_signal="known: " + pd.Series(
         np.repeat(["a", "b", "none", "mixed"], n)).to_numpy())
+
+
 def position(table: pd.DataFrame, arms: pd.DataFrame, floor: float) -> pd.DataFrame:
     """``table`` (verdicts) with each guard's position among the trained arms at the run seed
     (``arms``: their verdict rows): ``arms_above`` (arms agreeing with A on the disputed items more
