@@ -69,12 +69,12 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
     """One primary row per arm on the benign clusters, one row per control."""
     rows = []
-    controls = controls_state(tables)
+    states = controls_state(tables)
     v, nulls = tables.get("frr_vs_cr"), tables.get("nulls")
     theta = p.studies[NAME].gates.tau
     if v is None or not len(v):
         why = not_computed("no frr_vs_cr table (run the statistics stage)")
-        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, controls))
+        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, states))
     rule = tables.get("same_meaning_rule")
     for r in (v.itertuples() if v is not None else []):
         if rule is not None and len(rule):
@@ -83,7 +83,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, controls))
+        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, states))
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())
@@ -91,7 +91,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         rows.append(Verdict(NAME, "planted decision sets (flip, consistent)", POSITIVE,
                             "Are hand-computed answers recovered, CI included?", "recovered" if ok else "not recovered",
                             f"{int(planted['match'].sum())} of {len(planted)} statistics match ({len(ci)} of them CI)",
-                            *DETERMINISTIC, controls, n=len(planted)))
+                            *DETERMINISTIC, states, n=len(planted)))
     ctl = tables.get("controls")
     if ctl is not None and len(ctl):
         known = controls.control_known(ctl)
@@ -99,7 +99,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             t = ctl[ctl["control"] == name]
             if not len(t) or not bool(t["available"].iloc[0]):
                 why = not_computed("no pair of the kind above theta")
-                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, controls))
+                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, states))
                 continue
             f = t.set_index(["scope", "statistic"])["found"]
             word = "recovered" if role == POSITIVE else "not rejected (as expected)"
@@ -107,5 +107,5 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 NAME, "control decision sets", role, q, word if known.get(name) else "failed",
                 f"corpus scope {int(f[('corpus', 'n_confused')])} of {int(f[('corpus', 'n_rejected')])} rejections "
                 f"confused, cluster scope {int(f[('cluster', 'n_confused')])} (pair cosine {t['pair_cosine'].iloc[0]:.3f})",
-                *DETERMINISTIC, controls, n=int(f[("corpus", "n_rejected")])))
+                *DETERMINISTIC, states, n=int(f[("corpus", "n_rejected")])))
     return rows
