@@ -41,14 +41,16 @@ def controls_state(tables: dict[str, pd.DataFrame]) -> Controls:
 
 
 def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
+    first = {"headline": True, "label": r.judge}  # every arm is on the first screen, by its judge
     if n is None:
         why = not_computed("no nulls table (run the statistics stage)")
-        return Verdict(NAME, r.model, PRIMARY, QUESTION, why, why, why, why, controls)
+        return Verdict(NAME, r.model, PRIMARY, QUESTION, why, why, why, why, controls, **first)
     answer = analysis.null_answer(n)
     if not n["n_rejected"]:
         why = not_computed("no rejection to place")
         return Verdict(NAME, r.model, PRIMARY, QUESTION, answer,
-                       f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0)
+                       f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
+                       **first)
     follows = answer == "follows intents"
     est = (f"CR {n['confusion_rate']:.2f} [{r.confusion_rate_w_lo:.2f}, {r.confusion_rate_w_hi:.2f}] (Wilson, "
            f"{int(n['n_rejected'])} rejections) vs {n['confusion_rate_null']:.2f} under random placement "
@@ -63,18 +65,18 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
                    effect=float(n["confusion_rate"]), ci_low=float(r.confusion_rate_w_lo),
                    ci_high=float(r.confusion_rate_w_hi), p=float(n["confusion_rate_p_below"]), fpr_rate=float(n["fpr"]),
                    power_rate=float(n["power_at_half"]) if follows else None,
-                   mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]))
+                   mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]), **first)
 
 
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
     """One primary row per arm on the benign clusters, one row per control."""
     rows = []
-    controls = controls_state(tables)
+    state = controls_state(tables)
     v, nulls = tables.get("frr_vs_cr"), tables.get("nulls")
     theta = p.studies[NAME].gates.tau
     if v is None or not len(v):
         why = not_computed("no frr_vs_cr table (run the statistics stage)")
-        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, controls))
+        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, state))
     rule = tables.get("same_meaning_rule")
     for r in (v.itertuples() if v is not None else []):
         if rule is not None and len(rule):
@@ -83,7 +85,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, controls))
+        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, state))
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())
@@ -91,7 +93,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         rows.append(Verdict(NAME, "planted decision sets (flip, consistent)", POSITIVE,
                             "Are hand-computed answers recovered, CI included?", "recovered" if ok else "not recovered",
                             f"{int(planted['match'].sum())} of {len(planted)} statistics match ({len(ci)} of them CI)",
-                            *DETERMINISTIC, controls, n=len(planted)))
+                            *DETERMINISTIC, state, effect=float(planted["match"].mean()), n=len(planted)))
     ctl = tables.get("controls")
     if ctl is not None and len(ctl):
         known = controls.control_known(ctl)
@@ -99,7 +101,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             t = ctl[ctl["control"] == name]
             if not len(t) or not bool(t["available"].iloc[0]):
                 why = not_computed("no pair of the kind above theta")
-                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, controls))
+                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, state))
                 continue
             f = t.set_index(["scope", "statistic"])["found"]
             word = "recovered" if role == POSITIVE else "not rejected (as expected)"
@@ -107,5 +109,8 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 NAME, "control decision sets", role, q, word if known.get(name) else "failed",
                 f"corpus scope {int(f[('corpus', 'n_confused')])} of {int(f[('corpus', 'n_rejected')])} rejections "
                 f"confused, cluster scope {int(f[('cluster', 'n_confused')])} (pair cosine {t['pair_cosine'].iloc[0]:.3f})",
-                *DETERMINISTIC, controls, n=int(f[("corpus", "n_rejected")])))
+                *DETERMINISTIC, state, n=int(f[("corpus", "n_rejected")]),
+                # the share of the control's rejections confused at corpus scope
+                effect=float(f[("corpus", "n_confused")] / f[("corpus", "n_rejected")]) if f[("corpus", "n_rejected")]
+                else None))
     return rows

@@ -30,6 +30,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..contract import Rendering, Reporting, Study
+from . import paper
 from .params import NAME, STRATA, Params, as_null, check, null_seeds
 from .plan import plan
 from .report import NOTEBOOK_NOTES, audited_pools, figures, reporting, summary, training_pool
@@ -68,6 +69,10 @@ class Frames(Study):
     figures = staticmethod(figures)
     verdict_rows = staticmethod(verdict_rows)
     verdicts = staticmethod(verdicts)
+    question = "Does framing a task as an evaluation (E), a deployment (D) or neutral (N) change refusal?"
+    headline_figure = "frames_verdict"
+    measures = paper.MEASURES
+    measured = staticmethod(paper.measured)
     audited_pools = staticmethod(audited_pools)
     training_pool = staticmethod(training_pool)
     reporting = staticmethod(lambda p: Reporting(**reporting(p)))
