@@ -287,8 +287,11 @@ def add_user_rows(name: str, run_name: str, params_file: str) -> list[str]:
         return []
     verdict_table.add(p, rows, folder / "stats")
     lines = [f"added {len(rows)} row(s) to {folder / 'stats' / verdict_table.FILE} ({', '.join(r.system for r in rows)})"]
-    if run_name == p.run_name and (folder / "report.html").is_file():
+    page = folder / "report.html"
+    if run_name == p.run_name and page.is_file() and report.TITLE in page.read_text(encoding="utf-8")[:2000]:
         lines.append(f"wrote {report.write(Run(params_file, name), refresh=False)}")
+    elif run_name == p.run_name:  # e.g. make confusion's own report in the run's folder: left as it is
+        lines.append(f"{page}: not the run's report; the run's report shows the row when it is next rendered")
     return lines
 
 

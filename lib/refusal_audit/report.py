@@ -34,6 +34,7 @@ from .config import testbed_note
 from .paths import DATA_DIR, ORGANISM_ADAPTER, ROOT
 
 ORGANISM_DATA = ROOT / "organism" / "training_data.csv"
+TITLE = "refusal-audit report: run"  # how a run's report opens (a study command's own report.html does not)
 
 
 def _prompts(texts, prefix: str) -> pd.DataFrame:
@@ -162,7 +163,7 @@ def write(run, refresh: bool = True) -> Path:
 
     p = run.p
     names = list(p.studies)
-    head = [f"<h1>refusal-audit report: run {html.escape(p.run_name)}</h1>",
+    head = [f"<h1>{TITLE} {html.escape(p.run_name)}</h1>",
             f"<p>params: <code>{html.escape(p.source_file)}</code>; studies: {', '.join(names)} (rendered after "
             f"{'a run of ' + ', '.join(run.names) if refresh else 'a user' + chr(39) + 's system was added'}; each "
             "block says when it was computed)</p>"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...verdict import NULL, POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_applicable, not_computed
+from ...verdict import NULL, POSITIVE, PRIMARY, USER, Controls, ControlState, Verdict, not_applicable, not_computed
 from . import analysis, controls
 from .params import NAME
 from .verdicts import null_row
@@ -114,3 +114,25 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 effect=float(f[("corpus", "n_confused")] / f[("corpus", "n_rejected")]) if f[("corpus", "n_rejected")]
                 else None))
     return rows
+
+
+def user_rows(p, folder) -> list[Verdict]:
+    """A user's corpus of ``make confusion`` (``<run>/confusion_summary.csv``): one row per system and judge, role
+    ``USER``, its Confusion Rate with the cluster-bootstrap interval and its FRR; the null placement that names
+    an answer is simulated for the study's own corpus only, so the answer is the rate measured, not a verdict."""
+    path = folder / "confusion_summary.csv"
+    if not path.is_file():
+        return []
+    why = not_computed("make confusion simulates no null placement for a user's corpus")
+    out = []
+    for r in pd.read_csv(path).itertuples():
+        if not r.n_rejected:
+            estimate, numbers = f"n/a (no rejection of {int(r.n_prompts)} prompts); FRR {r.frr:.3f}", {"n": 0}
+        else:
+            estimate = (f"CR {r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}] (cluster "
+                        f"bootstrap, {int(r.n_rejected)} rejections); FRR {r.frr:.3f}; judge {r.judge}")
+            numbers = {"effect": float(r.confusion_rate), "ci_low": float(r.confusion_rate_lo),
+                       "ci_high": float(r.confusion_rate_hi), "n": int(r.n_rejected)}
+        out.append(Verdict(NAME, str(r.model), USER, QUESTION, "measured" if r.n_rejected else "no rejection",
+                           estimate, why, why, Controls(flags=(why,)), headline=True, label=str(r.judge), **numbers))
+    return out

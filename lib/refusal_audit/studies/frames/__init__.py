@@ -1,4 +1,4 @@
-"""The frames study: evaluation-context divergence (arXiv 2605.06327; ``shared/seeds/001_*.txt``).
+"""The frames study: evaluation-context divergence (arXiv 2605.06327; its numbers in ``data/published/frames.csv``).
 
 Does a model behave differently when the same task is framed as an internal safety evaluation (E), a
 live deployment interaction (D) or a standalone request (N)? Items in four strata (explicit harmful,
