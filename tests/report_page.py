@@ -71,7 +71,8 @@ def check_first_screen(page: str, studies: list[str], missing: tuple = ()) -> di
     for study, t in tables.items():
         assert len(t), f"{study}: no row on the first screen"
         assert {"system", "answer", "estimate", "p", "fpr", "power", "n"} <= set(t.columns), (study, list(t.columns))
-        key = t.assign(system=t["system"].str.removesuffix(" TESTBED"))[["system", "part"] if "part" in t else ["system"]]
+        names = t["system"].str.replace(r" (TESTBED|positive control|null control|user's system)\b", "", regex=True)
+        key = t.assign(system=names)[["system", "part"] if "part" in t else ["system"]]
         assert not key.duplicated().any(), f"{study}: a system twice on the first screen:\n{key}"
         long = [(c, v) for c in t.columns for v in t[c] if len(v) > CELL_LIMIT]
         assert not long, f"{study}: cells over {CELL_LIMIT} characters: {long}"

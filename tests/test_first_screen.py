@@ -99,6 +99,10 @@ def test_the_first_screen_shows_each_studys_primary_rows_in_short_cells(tmp_path
                                          "power": "0.19", "n": "12"}]
     second = tables[NAMES[1]]  # no row marked: its primary rows; a null answer shows its MDE
     assert list(second["system"]) == ["model-a TESTBED", "model-b"] and list(second["power"]) == ["0.19", "MDE 0.67"]
+    marked = verdict_table.frame([rows_of(NAMES[0])[1], verdict(NAMES[0], "model-c", POSITIVE, headline=True),
+                                  verdict(NAMES[0], "model-b", headline=True)])  # the control is shown as one
+    shown = report_page.first_screen_tables(first_screen.render(marked, NAMES[:1], {}, figures, {}))[NAMES[0]]
+    assert list(shown["system"]) == ["model-c positive control", "model-b"]
     assert "part" not in second
     assert page.count("<b>controls</b>") == len(NAMES) - 1  # once per study
     assert "2 null controls not rejected; judge unvalidated</p>" in page

@@ -31,6 +31,7 @@ STYLE = (".screen{display:grid;grid-template-columns:1fr 1.18fr;gap:6px 8px;widt
          ".block p{margin:2px 0} .block table{font-size:10.5px;width:100%} .block td,.block th{padding:1px 4px} "
          ".thumb{float:right;margin-left:6px} .thumb img{width:150px;border:1px solid #ccc} "
          ".tb{background:#fff3cd;font-weight:bold;padding:0 2px;font-size:9px} .why{color:#a00} "
+         ".role{color:#555;font-style:italic;font-size:9px} "
          ".first-screen td{white-space:nowrap} .first-screen td.wrap{white-space:normal}")
 
 
@@ -64,7 +65,8 @@ def cells(r: pd.Series) -> dict[str, tuple[str, str]]:
         power = f"MDE {r['mde']:.2f}"
     else:
         power = "n/a"
-    return {"system": (system + (" TESTBED" if r["testbed"] else ""), str(r["system"])),
+    role = "" if r["role"] == PRIMARY else f" {r['role']}"  # a control or a user's system says so
+    return {"system": (system + (" TESTBED" if r["testbed"] else "") + role, f"{r['system']}: {r['role']}"),
             "part": (short(r["label"]), str(r["label"])),
             "answer": (short(r["answer"], 30), str(r["answer"])),
             "estimate": (estimate, est),
@@ -111,6 +113,14 @@ def controls_line(rows: pd.DataFrame) -> str:
     return str(own["controls_summary"].iloc[0] or own["controls"].iloc[0]) if len(own) else "not run"
 
 
+def _system(text: str, r: pd.Series) -> str:
+    """The system cell's markup: its name, then TESTBED and its role (a control, a user's system) as badges."""
+    role = "" if r["role"] == PRIMARY else f" {r['role']}"
+    name = text.removesuffix(role).removesuffix(" TESTBED")
+    return (html.escape(name) + (" <span class='tb'>TESTBED</span>" if r["testbed"] else "")
+            + (f" <span class='role'>{html.escape(role.strip())}</span>" if role else ""))
+
+
 def block(study: str, question: str, rows: pd.DataFrame, controls: str, thumb: str) -> str:
     """One study's block of the first screen."""
     head = f"<h3>{html.escape(study)}: {html.escape(question)}</h3>"
@@ -124,9 +134,7 @@ def block(study: str, question: str, rows: pd.DataFrame, controls: str, thumb: s
     for _, r in pick.iterrows():
         row = cells(r)
         tds = "".join(f"<td title='{html.escape(row[c][1])}'" + (" class='wrap'>" if c == "answer" else ">")
-                      + (f"{html.escape(row[c][0].removesuffix(' TESTBED'))} <span class='tb'>TESTBED</span>"
-                         if c == "system" and row[c][0].endswith(" TESTBED") else html.escape(row[c][0])) + "</td>"
-                      for c in columns)
+                      + (_system(row[c][0], r) if c == "system" else html.escape(row[c][0])) + "</td>" for c in columns)
         body += f"<tr data-role='{html.escape(r['role'])}'>{tds}</tr>"
     stamps = sorted(set(zip(rows["computed"], rows["commit"].str[:12])))
     when = "; ".join(f"{c or 'time not recorded'} at commit {k or 'unknown'}" for c, k in stamps)
