@@ -71,12 +71,12 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
     """One primary row per arm on the benign clusters, one row per control."""
     rows = []
-    state = controls_state(tables)
+    states = controls_state(tables)
     v, nulls = tables.get("frr_vs_cr"), tables.get("nulls")
     theta = p.studies[NAME].gates.tau
     if v is None or not len(v):
         why = not_computed("no frr_vs_cr table (run the statistics stage)")
-        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, state))
+        rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, states))
     rule = tables.get("same_meaning_rule")
     for r in (v.itertuples() if v is not None else []):
         if rule is not None and len(rule):
@@ -85,7 +85,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, state))
+        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, states))
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())
@@ -93,7 +93,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         rows.append(Verdict(NAME, "planted decision sets (flip, consistent)", POSITIVE,
                             "Are hand-computed answers recovered, CI included?", "recovered" if ok else "not recovered",
                             f"{int(planted['match'].sum())} of {len(planted)} statistics match ({len(ci)} of them CI)",
-                            *DETERMINISTIC, state, effect=float(planted["match"].mean()), n=len(planted)))
+                            *DETERMINISTIC, states, effect=float(planted["match"].mean()), n=len(planted)))
     ctl = tables.get("controls")
     if ctl is not None and len(ctl):
         known = controls.control_known(ctl)
@@ -101,7 +101,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             t = ctl[ctl["control"] == name]
             if not len(t) or not bool(t["available"].iloc[0]):
                 why = not_computed("no pair of the kind above theta")
-                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, state))
+                rows.append(Verdict(NAME, "control decision sets", role, q, "not run", why, why, why, states))
                 continue
             f = t.set_index(["scope", "statistic"])["found"]
             word = "recovered" if role == POSITIVE else "not rejected (as expected)"
@@ -109,7 +109,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 NAME, "control decision sets", role, q, word if known.get(name) else "failed",
                 f"corpus scope {int(f[('corpus', 'n_confused')])} of {int(f[('corpus', 'n_rejected')])} rejections "
                 f"confused, cluster scope {int(f[('cluster', 'n_confused')])} (pair cosine {t['pair_cosine'].iloc[0]:.3f})",
-                *DETERMINISTIC, state, n=int(f[("corpus", "n_rejected")]),
+                *DETERMINISTIC, states, n=int(f[("corpus", "n_rejected")]),
                 # the share of the control's rejections confused at corpus scope
                 effect=float(f[("corpus", "n_confused")] / f[("corpus", "n_rejected")]) if f[("corpus", "n_rejected")]
                 else None))

@@ -254,8 +254,8 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     c, s = p.studies[NAME], p.stats
     cp = dataclasses.replace(confusion_params(c), known=known_labels(p, items.loc[items["included"], "cluster"]))
     decided = analysis.decisions(generations, judgments)
-    pairs = analysis.pair_table(generations, cp)
-    per_prompt, per_cluster = analysis.score_decisions(items, decided, pairs, cp)
+    signal_pairs = analysis.pair_table(generations, cp)
+    per_prompt, per_cluster = analysis.score_decisions(items, decided, signal_pairs, cp)
     summary_table = analysis.summary(per_cluster, s.n_bootstrap, p.seed, s.alpha)
     versus = analysis.frr_vs_cr(summary_table, per_cluster, analysis.benign_group(per_cluster), s.alpha)
     tables = {
@@ -270,10 +270,10 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "frr_vs_cr": versus,
         "arm_pairs": analysis.arm_pairs(versus),
         "judge_agreement": judges.agreement(judgments, REFUSING),
-        "planted": controls.planted(items, pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
+        "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
     }
-    nulls, calibration = analysis.null_tables(items, per_prompt, pairs, cp, analysis.benign_group(per_cluster),
+    nulls, calibration = analysis.null_tables(items, per_prompt, signal_pairs, cp, analysis.benign_group(per_cluster),
                                               c.nulls.n_perm, c.nulls.n_draws, s.alpha, p.seed, c.metrics.cover)
     tables.update({"nulls": nulls, "null_calibration": calibration})
     if meaning.SCORED.is_file():  # the same-meaning rule's measured error (benchmarks/confusion_same_meaning.py)
