@@ -151,7 +151,8 @@ def comparisons(run) -> str:
             parts.append(f"<h3>{html.escape(name)}</h3><p>not shown: {html.escape(str(err))}</p>")
             continue
         if len(table):
-            parts.append(f"<h3>{html.escape(name)}</h3>" + table.to_html(index=False, classes="published", border=0, justify="left"))
+            parts.append(f"<h3>{html.escape(name)}</h3>"
+                         + table.to_html(index=False, classes="published", border=0, justify="left"))
     where = ("a paper params file: each row says whether the run's interval holds the paper's value"
              if papers.is_paper_run(p) else
              "not a paper params file: the run's models are testbeds or other models and settings, so no row is "
