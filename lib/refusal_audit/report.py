@@ -219,11 +219,11 @@ def write(run, refresh: bool = True) -> Path:
     bodies = [f"<hr><p>The notebooks below are those of the last run, of {html.escape(', '.join(run.names))}.</p>"]
     for nb in sorted((run.dir / "notebooks").glob("0*.ipynb")):
         body, _ = exporter.from_filename(str(nb))
-        bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n{body}")
+        bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n<div class='notebook'>{body}</div>")
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
              "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top} "
              ".testbed{background:#fff3cd;padding:6px} h1{font-size:20px;margin:6px 0}"
-             f" img{{max-width:100%}} {first_screen.STYLE}</style>")
+             f" img{{max-width:100%}} .notebook{{overflow-x:auto}} {first_screen.STYLE}</style>")
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(p.run_name)}</title>{style}</head>" \
            f"<body>{''.join(head)}{''.join(bodies)}</body></html>"
     path = run.dir / "report.html"
