@@ -568,17 +568,21 @@ def test_verdict_rows_fill_every_key_from_the_tables():
     keys = {"study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls"}
     assert rows and all(set(r) == keys and all(isinstance(v, str) and v for v in r.values()) for r in rows)
     by = {(r["system"], r["role"], r["question"]): r for r in rows}
-    planted_row = by[("m1", "primary", "frame changes refusal? (all items)")]
+    planted_row = by[("m1", "primary", "does the frame change refusal? (all items)")]
     assert planted_row["answer"] == "divergence" and "Holm p" in planted_row["estimate"] and "power" in planted_row["power"]
-    quiet = by[("m0", "primary", "frame changes refusal? (all items)")]
+    quiet = by[("m0", "primary", "does the frame change refusal? (all items)")]
     assert quiet["answer"] == "no divergence" and quiet["power"].startswith("MDE +")
     # the numbers behind the cells: the best contrast's estimate inside its interval, Holm p, the MDE of a null answer
     best = {(r.system, r.question): r for r in typed}
-    planted_typed = best[("m1", "frame changes refusal? (all items)")]
+    planted_typed = best[("m1", "does the frame change refusal? (all items)")]
     assert planted_typed.ci_low <= planted_typed.effect <= planted_typed.ci_high and planted_typed.p < 0.05
     assert f"Holm p {planted_typed.p:.3g}" in planted_row["estimate"] and planted_typed.mde is None
-    quiet_typed = best[("m0", "frame changes refusal? (all items)")]
+    quiet_typed = best[("m0", "does the frame change refusal? (all items)")]
     assert quiet_typed.p >= 0.05 and quiet["power"].startswith(f"MDE +{quiet_typed.mde:.2f}")
+    # the first screen: one row per model, the seed's headline question (the first declared outcome, first subset)
+    first = [r for r in typed if r.headline]
+    assert sorted(r.system for r in first) == sorted({r.system for r in typed if r.role != "null control"})
+    assert {r.question for r in first} == {"does the frame change refusal? (all items)"}
     null = [r for r in rows if r["role"] == "null control"]
     assert len(null) == 1 and null[0]["answer"] == "no divergence"
     assert all("null control not rejected (as expected)" in r["controls"] for r in rows)

@@ -8,6 +8,7 @@ import pandas as pd
 
 from refusal_audit import contamination, report
 from refusal_audit.studies.contract import Reporting
+from refusal_audit.studies.frames.paper import MEASURES as FRAMES_MEASURES
 
 
 def _overlap() -> pd.DataFrame:
@@ -62,14 +63,19 @@ def test_the_page_opens_with_the_verdict_table_then_the_sentences_then_the_audit
     (tmp_path / "notebooks").mkdir()
     study = types.SimpleNamespace(verdicts=lambda p, tables: ["frames recovered its planted effect"],
                                   verdict_tables=lambda p, tables: [], audited_pools=lambda p: ["organism"],
-                                  reporting=lambda p: Reporting("d", "s"))
+                                  reporting=lambda p: Reporting("d", "s"), question="Does it?", headline_figure="",
+                                  measured=lambda p, tables: [], measures=FRAMES_MEASURES)
     monkeypatch.setattr(report.studies, "get", lambda name: study)
-    run = types.SimpleNamespace(p=types.SimpleNamespace(models={}, run_name="r", source_file="x.yaml"),
+    run = types.SimpleNamespace(p=types.SimpleNamespace(models={}, run_name="r", source_file="x.yaml",
+                                                        studies={"frames": None}),
                                 names=["frames"], dir=tmp_path, read_stats=lambda name: {})
     page = report.write(run).read_text()
-    # the verdict table first (this study has no statistics: its row says so), then the sentences, then the pools
-    assert page.index("<table class='verdicts'>") < page.index("frames recovered its planted effect") \
+    # the first screen (this study has no statistics: its row says so), the papers' numbers beside the run's
+    # (none measured), the detail table, then the sentences, then the pools
+    assert page.index("frames: Does it?") < page.index("The papers' numbers and this run's") \
+        < page.index("<table class='verdicts'>") < page.index("frames recovered its planted effect") \
         < page.index("frames: 1. contamination check")
     assert "not computed: no statistics in frames/ (run notebook 05)" in page
+    assert "not computed by this run" in page
     details = page.index("<details>", page.index("frames: 1. contamination check"))
     assert page.index("audited: no overlap") < details < page.index("not audited")

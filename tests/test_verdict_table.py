@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import report_page
 
 from refusal_audit import report, studies, verdict_table
 from refusal_audit.verdict import Controls, ControlState, Verdict
@@ -64,7 +65,7 @@ def test_a_verdict_without_its_reliability_or_estimate_is_named(key):
         verdict_table.check_rows("kv", [row(study="frames")])
     with pytest.raises(VerdictError, match="kv: verdict row 0: a dict; expected a verdict.Verdict"):
         verdict_table.check_rows("kv", [row().cells()])
-    assert list(verdict_table.frame(verdict_table.check_rows("kv", [row()])).columns) == list(STUDY_KEYS)
+    assert list(verdict_table.frame(verdict_table.check_rows("kv", [row()])).columns) == list(verdict_table.CSV_COLUMNS)
 
 
 def test_the_controls_cell_phrases_each_state_once_for_every_study():
@@ -94,26 +95,32 @@ def test_a_study_without_statistics_or_without_a_table_gets_a_row_saying_why(tmp
     for name in ("kv", "toy"):
         (tmp_path / name).mkdir()
         pd.DataFrame({"x": [1, 2, 3]}).to_csv(tmp_path / name / "t.csv", index=False)
+    p.studies = {"kv": None, "frames": None, "toy": None}
     table = verdict_table.write(p, ["kv", "frames", "toy"], tmp_path)
     assert list(table["system"]) == ["organism (TESTBED)", "plain", "(none)", "(none)"]
     assert table.loc[0, "answer"] == "3"
     assert table.loc[2, "fpr"] == "not computed: no statistics in frames/ (run notebook 05)"
     assert table.loc[3, "power"] == "not computed: its statistics could not be read (KeyError: 'absent')"
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "verdicts.csv", keep_default_na=False), table)
+    pd.testing.assert_frame_equal(verdict_table.read(tmp_path), table)
 
 
-def test_the_report_opens_with_the_verdict_table_and_the_csv_holds_its_rows(ci_run):
-    """On the ci run: every registered study fills every column of its own rows, and
-    report.html's first table is ``stats/verdicts.csv``, row for row."""
+def test_the_report_opens_with_the_first_screen_and_the_csv_holds_its_rows(ci_run):
+    """On the ci run: every registered study fills every column of its own rows; report.html opens with the
+    first screen (every study, one short row per system, its cells at most about 60 characters), the detail table
+    is ``stats/verdicts.csv``'s text columns row for row, and the csv's numbers read as floats that agree with
+    the text cells."""
     run, *_ = ci_run["kv"]
     run = type(run)(run.p.source_file, "")  # every study of the ci params, on the same folder
     assert run.names == list(studies.REGISTRY)
     page = report.write(run).read_text(encoding="utf-8")
     csv = pd.read_csv(run.dir / "stats" / verdict_table.FILE, dtype=str, keep_default_na=False)
-    assert list(csv.columns) == list(STUDY_KEYS) and set(csv["study"]) == set(studies.REGISTRY)
-    assert not csv.isin([""]).any().any()
+    assert list(csv.columns) == list(verdict_table.CSV_COLUMNS) and set(csv["study"]) == set(studies.REGISTRY)
+    assert not csv[list(STUDY_KEYS)].isin([""]).any().any()
     # every study gave its own rows (none is the fallback row of a study whose verdicts could not be read); on
     # these tiny params a cell may say why it cannot be given, but no cell is empty
     assert (csv["system"] != "(none)").all(), csv.loc[csv["system"] == "(none)", ["study", "fpr"]].to_dict("records")
-    assert page.index("<table") == page.index("<table class='verdicts'>")  # the first table of the page
-    pd.testing.assert_frame_equal(first_table(page), csv)
+    assert page.index("<table") == page.index("<table class='first-screen'")  # the first table of the page
+    report_page.check_first_screen(page, list(studies.REGISTRY))
+    report_page.check_numbers(run.dir / "stats" / verdict_table.FILE)
+    detail = page[page.index("<table class='verdicts'>"):]
+    pd.testing.assert_frame_equal(first_table(detail), csv[list(STUDY_KEYS)])

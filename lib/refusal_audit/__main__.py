@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from . import config, families, models, pipeline, plan, published, studies
+from . import config, families, models, papers, pipeline, plan, published, studies
 from .contamination import audit_files
 from .errors import ParamsError
 from .paths import run_dir
@@ -41,19 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--run", required=True)
     a.add_argument("--threshold", type=float, default=0.7, help="near-duplicate: character 3-gram Jaccard >= this")
     a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
-    commands = {}  # each study's own commands (Study.commands): a user's route into that study
+    commands, owners = {}, {}  # each study's own commands (Study.commands): a user's route into that study
     for name in studies.REGISTRY:
         for cmd, command in studies.get(name).commands.items():
             sc = sub.add_parser(cmd, help=f"{name}: {command.help}")
             for flags, kwargs in command.arguments:
                 sc.add_argument(*flags, **kwargs)
-            commands[cmd] = command
+            commands[cmd], owners[cmd] = command, name
     args = ap.parse_args(argv)
 
     start = time.time()
     try:
         if args.cmd == "check":  # for the machine the file is meant for: what this one lacks is a note
             p = config.load(args.params)
+            bad = papers.check()  # the papers' numbers the report prints beside the run's
+            if bad:
+                raise ParamsError("published numbers: " + "; ".join(bad))
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
             families.check_params(p, pool)  # each model's architecture and chat template, where it is local
@@ -75,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd in commands:
             for line in commands[args.cmd].run(args):
                 print(line)
+            given = vars(args)
+            if given.get("run") and given.get("params"):  # what the user brought joins the run's verdict table
+                for line in pipeline.add_user_rows(owners[args.cmd], given["run"], given["params"]):
+                    print(line)
         elif args.cmd == "figures":
             print(f"wrote {published.publish(run_dir(args.run))}")
         elif args.cmd == "judge":

@@ -276,6 +276,25 @@ def run_notebooks(params_file: str, only: str = "") -> None:
     print(f"[{run.p.run_name}] report: {report.write(run)}", flush=True)
 
 
+def add_user_rows(name: str, run_name: str, params_file: str) -> list[str]:
+    """What a user brought to the study ``name``'s command (``Study.user_rows``: a guard's verdict, a corpus) added
+    to ``results/<run_name>/stats/verdicts.csv``, each system replacing its own earlier row, every other row kept;
+    the run's report rendered again when the run is the params file's and has one. Returns what it wrote."""
+    p = config.load(params_file)
+    folder = run_dir(run_name)
+    rows = studies.get(name).user_rows(p, folder)
+    if not rows:
+        return []
+    verdict_table.add(p, rows, folder / "stats")
+    lines = [f"added {len(rows)} row(s) to {folder / 'stats' / verdict_table.FILE} ({', '.join(r.system for r in rows)})"]
+    page = folder / "report.html"
+    if run_name == p.run_name and page.is_file() and report.TITLE in page.read_text(encoding="utf-8")[:2000]:
+        lines.append(f"wrote {report.write(Run(params_file, name), refresh=False)}")
+    elif run_name == p.run_name:  # e.g. make confusion's own report in the run's folder: left as it is
+        lines.append(f"{page}: not the run's report; the run's report shows the row when it is next rendered")
+    return lines
+
+
 USER = "user"  # the user routes' material: results/<RUN>/user/ (make generate, make judge)
 USER_COLUMNS = ("role", "filler_tokens", "system_prompt", "query")  # beside the core: the condition, the request
 

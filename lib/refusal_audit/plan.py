@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import studies
+from . import papers, studies
 from .config import ModelSpec
 
 CHARS_PER_TOKEN = 4
@@ -269,6 +269,7 @@ def report(p, gpu: str = "h100") -> str:
     # a study's own planning notes (e.g. the policy study's disputed items and the power they give)
     notes = [n for name in p.studies for n in studies.get(name).plan_notes(p)]
     lines += (["", "study notes:"] + [f"  {n}" for n in notes]) if notes else []
+    lines += papers.plan_lines(p)  # the papers' numbers the report will print beside the run's
     return "\n".join(lines)
 
 

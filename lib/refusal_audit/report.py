@@ -1,6 +1,8 @@
 """The run's report: ``results/<run>/report.html``, the six executed notebooks in one page, opening
-with the verdict table (``verdict_table``: one row per verdict, its estimate, its simulated
-false-positive rate and power, its controls; also ``stats/verdicts.csv``), then each study's verdicts
+with the first screen (``first_screen``: each study's question, its answers per system in short cells, its
+controls once, its headline figure), the papers' headline numbers beside the run's (``papers``), then the
+detail table (``verdict_table``: one row per verdict, its estimate, its simulated false-positive rate and
+power, its controls; also ``stats/verdicts.csv``), then each study's verdicts
 in words as one paragraph (``verdicts(p, tables)`` of the study, from its ``stats/<study>/`` tables: the
 sentences its part of notebook 05 ends with), then the three reporting items of every study in the run
 (the policy paper's checklist):
@@ -27,11 +29,12 @@ from pathlib import Path
 import mistune
 import pandas as pd
 
-from . import contamination, datasets, studies, verdict_table
+from . import contamination, datasets, first_screen, papers, studies, verdict_table
 from .config import testbed_note
 from .paths import DATA_DIR, ORGANISM_ADAPTER, ROOT
 
 ORGANISM_DATA = ROOT / "organism" / "training_data.csv"
+TITLE = "refusal-audit report: run"  # how a run's report opens (a study command's own report.html does not)
 
 
 def _prompts(texts, prefix: str) -> pd.DataFrame:
@@ -128,31 +131,74 @@ def verdict_tables(run, name: str) -> list[tuple[str, pd.DataFrame]]:
     return studies.get(name).verdict_tables(run.p, tables)
 
 
-def write(run) -> Path:
-    """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``)."""
+def comparisons(run) -> str:
+    """The papers' headline numbers (``papers``) beside this run's, one table per study of the params file."""
+    p = run.p
+    testbeds = {m for m, spec in p.models.items() if spec.testbed}
+    parts = []
+    for name in p.studies:
+        try:
+            tables = run.read_stats(name)
+        except FileNotFoundError:
+            tables = {}
+        try:
+            measured = studies.get(name).measured(p, tables) if tables else []
+        except (KeyError, ValueError, IndexError):  # a table of an older run: its quantities read "not computed"
+            measured = []
+        try:
+            table = papers.compare(p, name, measured, testbeds)
+        except papers.PublishedError as err:  # make check refuses the file; the page still renders, saying why
+            parts.append(f"<h3>{html.escape(name)}</h3><p>not shown: {html.escape(str(err))}</p>")
+            continue
+        if len(table):
+            parts.append(f"<h3>{html.escape(name)}</h3>"
+                         + table.to_html(index=False, classes="published", border=0, justify="left"))
+    where = ("a paper params file: each row says whether the run's interval holds the paper's value"
+             if papers.is_paper_run(p) else
+             "not a paper params file: the run's models are testbeds or other models and settings, so no row is "
+             "comparable; each still shows the run's figure for the same quantity")
+    return (f"<h2>The papers' numbers and this run's</h2><p>Each seed's headline numbers "
+            f"(<code>data/published/</code>, cited there by arXiv id and title) beside the same quantity measured "
+            f"by this run; {where}.</p>" + "".join(parts))
+
+
+def write(run, refresh: bool = True) -> Path:
+    """Render ``report.html`` for a finished run (``run``: a ``pipeline.Run``): its verdict table keeps every
+    study's rows whatever ran last (``verdict_table.write`` replaces only the run's studies'), and every part of
+    the page covers every study of the params file; ``refresh=False`` renders the table as it is (a user's row
+    just added, no study run)."""
     from nbconvert import HTMLExporter  # lazy: only a finished run renders its notebooks
 
     p = run.p
-    head = [f"<h1>refusal-audit report: run {html.escape(p.run_name)}</h1>",
-            f"<p>params: <code>{html.escape(p.source_file)}</code>; studies: {', '.join(run.names)}</p>"]
+    names = list(p.studies)
+    head = [f"<h1>{TITLE} {html.escape(p.run_name)}</h1>",
+            f"<p>params: <code>{html.escape(p.source_file)}</code>; studies: {', '.join(names)} (rendered after "
+            f"{'a run of ' + ', '.join(run.names) if refresh else 'a user' + chr(39) + 's system was added'}; each "
+            "block says when it was computed)</p>"]
     testbeds = testbed_note(p, list(p.models))  # the sentence every caption and notebook summary opens with
     if testbeds:
         word, rest = testbeds.split(":", 1)
         head.append(f"<p class='testbed'><b>{word}</b>:{html.escape(rest)}</p>")
     overlap_file = run.dir / "contamination.csv"
     overlap = pd.read_csv(overlap_file) if overlap_file.is_file() else None
-    table = verdict_table.write(p, run.names, run.dir / "stats")
+    table = verdict_table.write(p, run.names, run.dir / "stats") if refresh else verdict_table.read(run.dir / "stats")
+    questions = {n: studies.get(n).question for n in names}
+    figures = {n: studies.get(n).headline_figure for n in names}
+    head.append(first_screen.render(table, names, questions, run.dir / "figures", figures))
+    head.append(comparisons(run))
     legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in verdict_table.COLUMNS.items())
-    head.append("<h2>Verdicts</h2>\n" + verdict_table.to_html(table) +
-                f"<details><summary>columns (also <code>stats/{verdict_table.FILE}</code>)</summary><ul>{legend}</ul>"
-                "</details>")
+    legend += "".join(f"<li><b>{html.escape(k)}</b> (a number): {html.escape(v)}</li>"
+                      for k, (v, _) in verdict_table.NUMBER_COLUMNS.items())
+    head.append("<h2>The detail table</h2><details><summary>every row, every field (also "
+                f"<code>stats/{verdict_table.FILE}</code>, with the numbers as typed columns)</summary>"
+                + verdict_table.to_html(table) + f"<ul>{legend}</ul></details>")
     head.append("<h2>The verdicts in words</h2>")
-    for name in run.names:
+    for name in names:
         head.append(f"<h3>{html.escape(name)}</h3>\n" + _markdown(" ".join(study_verdicts(run, name))))
         head += [f"<p>{html.escape(title)}</p>" + df.to_html(float_format=lambda x: f"{x:.3f}", index=False)
                  for title, df in verdict_tables(run, name)]
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
-    for name in run.names:
+    for name in names:
         study = studies.get(name)
         items = study.reporting(p)
         if overlap is None:
@@ -168,15 +214,16 @@ def write(run) -> Path:
         head.append(_section(f"{name}: 1. contamination check (items against every training pool)", check))
         head.append(_section(f"{name}: 2. seed floor", _markdown(items.seed_floor)))
         head.append(_section(f"{name}: 3. operational definitions", _markdown(items.definition)))
+    head.append("<h2>The headline figures</h2>" + first_screen.full_figures(run.dir / "figures", figures))
     exporter = HTMLExporter(template_name="basic")
-    bodies = []
+    bodies = [f"<hr><p>The notebooks below are those of the last run, of {html.escape(', '.join(run.names))}.</p>"]
     for nb in sorted((run.dir / "notebooks").glob("0*.ipynb")):
         body, _ = exporter.from_filename(str(nb))
-        bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n{body}")
+        bodies.append(f"<hr><h1>{html.escape(nb.stem)}</h1>\n<div class='notebook'>{body}</div>")
     style = ("<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse;"
              "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top} "
-             ".testbed{background:#fff3cd;padding:6px}"
-             " img{max-width:100%}</style>")
+             ".testbed{background:#fff3cd;padding:6px} h1{font-size:20px;margin:6px 0}"
+             f" img{{max-width:100%}} .notebook{{overflow-x:auto}} {first_screen.STYLE}</style>")
     page = f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(p.run_name)}</title>{style}</head>" \
            f"<body>{''.join(head)}{''.join(bodies)}</body></html>"
     path = run.dir / "report.html"

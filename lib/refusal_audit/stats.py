@@ -231,7 +231,7 @@ def cohen_kappa(a, b) -> float:
 
 
 # --- frames study: per-item frame contrasts and the paraphrase-noise band -------------------------
-# Source: shared/seeds/001 (evaluation-context divergence), section 3 (estimand) and section 6.2 (model).
+# Source: arXiv 2605.06327 (evaluation-context divergence), section 3 (estimand) and section 6.2 (model).
 
 
 def _cell_means(df: pd.DataFrame, keys: list[str], outcome: str) -> pd.Series:
@@ -692,7 +692,7 @@ def reversals(item_delta: pd.DataFrame, by: Sequence[str], delta: str = "delta",
 
 
 # --- policy study: exchangeability rank test, label-supervision range and seed floor -------------
-# Source: shared/seeds/003 (policy is not capability), "可交换性秩检验" and "种子下限 Phi_b".
+# Source: Jebraeeli et al., "Policy Is Not Capability" (data/published/README.md), "可交换性秩检验" and "种子下限 Phi_b".
 
 
 @dataclass(frozen=True)

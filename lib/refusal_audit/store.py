@@ -84,7 +84,8 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checkout's commit, ``+dirty`` when tracked files differ from it (None outside git)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
@@ -124,7 +125,7 @@ def write_manifest(run_dir: str | Path, params: dict, inputs: list[str | Path], 
     manifest = {
         "params": params,
         "registration": registration or {},
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": _versions(),

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 # what a row is
 PRIMARY, POSITIVE, NULL, CALIBRATION = "primary", "positive control", "null control", "calibration"
-ROLES = (PRIMARY, POSITIVE, NULL, CALIBRATION)
+USER = "user's system"  # what a user brought (a guard's verdicts, a corpus), measured by a study's own command
+ROLES = (PRIMARY, POSITIVE, NULL, CALIBRATION, USER)
 
 # a control's state, in the words every study uses
 RECOVERED, NOT_RECOVERED, CLEAN, REJECTED, NOT_RUN = "recovered", "not recovered", "clean", "rejected", "not run"
@@ -84,6 +85,20 @@ class Controls:
     def text(self) -> str:
         return "; ".join([s.text(self.separator) for s in self.states] + list(self.flags)) or WORDS[NOT_RUN]
 
+    def summary(self) -> str:
+        """The controls in one short line, for a study's first screen: each positive control's state, then the
+        null controls counted by state ("3 null controls not rejected"), then each flag's first clause (the whole
+        flag stays in ``text``)."""
+        parts = [f"{s.name} {s.words or WORDS[s.state]}" for s in self.states if s.kind == "positive"]
+        nulls = [s for s in self.states if s.kind == "null"]
+        for state in dict.fromkeys(s.state for s in nulls):
+            same = [s for s in nulls if s.state == state]
+            word = WORDS[state].replace(" (as expected)", "").replace(" (not as expected)", "")
+            names = same[0].name if len(same) == 1 else f"{len(same)} null controls"
+            parts.append(f"{names} {word}" + (f" ({', '.join(s.name for s in same)})" if state != CLEAN and
+                                              len(same) > 1 else ""))
+        return "; ".join(parts + [f.split(":")[0] for f in self.flags]) or WORDS[NOT_RUN]
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -107,9 +122,19 @@ class Verdict:
     power_rate: float | None = None  # the power at the stated effect, a share
     mde: float | None = None        # the smallest detectable effect (a null answer)
     n: int | None = None            # the units the estimate rests on
-    testbed: bool = False           # the system is a model organism (set by the verdict table from params)
+    testbed: bool = False           # the system is a model organism or a guard trained here (the study, or the
+    #                                 verdict table from params, sets it)
+    headline: bool = False          # the row answers the study's primary question on the first screen (when no
+    #                                 row of a study is marked: its primary rows)
+    label: str = ""                 # a short qualifier of the system on the first screen (a judge, an outcome)
 
     TEXT = ("study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls")
+    NUMBERS = ("effect", "ci_low", "ci_high", "p", "fpr_rate", "power_rate", "mde", "n")
+
+    def numbers(self) -> dict[str, float | int | None]:
+        """The typed fields, in the table's order (``NUMBERS``)."""
+        return {"effect": self.effect, "ci_low": self.ci_low, "ci_high": self.ci_high, "p": self.p,
+                "fpr_rate": self.fpr_rate, "power_rate": self.power_rate, "mde": self.mde, "n": self.n}
 
     def cells(self) -> dict[str, str]:
         """The text cells, in the table's order (the system marked TESTBED where it is one)."""

@@ -1,4 +1,4 @@
-"""The 4-class outcome judge (frames study, shared/seeds/001 section 5): offline, CPU, no LLM.
+"""The 4-class outcome judge (frames study; its seed, arXiv 2605.06327, section 5): offline, CPU, no LLM.
 
 OPERATIONAL DEFINITION (what each label means; rules applied in this order, first match wins):
 

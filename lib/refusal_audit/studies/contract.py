@@ -43,6 +43,20 @@ class Reporting:
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """One quantity of a study's seed as this run measured it (``Study.measured``): on which system, its value in
+    the unit the study declares for it (``Study.measures``), and its interval where the run has one."""
+
+    quantity: str
+    system: str
+    value: float
+    low: float | None = None
+    high: float | None = None
+    note: str = ""
+    testbed: bool = False  # measured on something trained here (a guard arm): never comparable with a paper
+
+
+@dataclass(frozen=True)
 class Rendering:
     """One model a study renders prompts for, and the check ``make check`` runs on that model's tokenizer
     (it raises ``ValueError`` or ``RuntimeError`` with the reason when the study's prompt cannot be built)."""
@@ -140,6 +154,12 @@ class Study(abc.ABC):
     """What each notebook says the study does at a stage (stage name -> markdown), beside the other studies'."""
     commands: ClassVar[Mapping[str, Command]] = {}
     """Its own commands (``python -m refusal_audit <name>``): a user's route into the study."""
+    question: ClassVar[str] = ""
+    """Its primary question in one line, the heading of its block on the report's first screen."""
+    headline_figure: ClassVar[str] = ""
+    """The stem of the figure that draws its verdict's statistic, shown beside its first screen."""
+    measures: ClassVar[Mapping[str, str]] = {}
+    """The quantities of its seed it measures (quantity -> unit): what ``data/published/<name>.csv`` may name."""
 
     def renders(self, p: Params) -> list[Rendering]:
         """Each model it renders prompts for and the rendering ``make check`` proves on its tokenizer."""
@@ -168,6 +188,14 @@ class Study(abc.ABC):
     def user_generation(self, p: Params) -> UserGeneration | None:
         """The decoding settings ``make generate`` takes from it, when it decodes under retention."""
         return None
+
+    def measured(self, p: Params, tables: dict[str, pd.DataFrame]) -> list[Measurement]:
+        """This run's value of each quantity of ``measures`` per system, from its statistics tables."""
+        return []
+
+    def user_rows(self, p: Params, folder: Path) -> list[Verdict]:
+        """The verdict rows of what a user brought to its commands (role ``verdict.USER``), from ``folder``."""
+        return []
 
 
 def _members() -> list[tuple[str, bool, str, str, str]]:

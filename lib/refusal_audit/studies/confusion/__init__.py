@@ -1,5 +1,5 @@
 """The confusion study: semantic stability of refusal boundaries (ParaGuard, Anonto et al., arXiv
-2512.01037; ``shared/seeds/002_*.txt``; no public code exists).
+2512.01037; its numbers in ``data/published/confusion.csv``; no public code exists).
 
 Question: does a model accept one phrasing of an intent and reject a meaning-preserving paraphrase
 of it? A global false-rejection rate scores each prompt alone and cannot see this.
@@ -33,11 +33,11 @@ from functools import partial
 from pathlib import Path
 
 from ..contract import Command, Rendering, Reporting, Study
-from . import user_run
+from . import paper, user_run
 from .params import NAME, GateParams, Params, check, confusion_params, decision_judges, refusal_judges
 from .plan import plan, plan_notes
 from .report import CONTAMINATION_UNIT, NOTEBOOK_NOTES, audited_pools, figures, reporting, summary
-from .rows import verdict_rows
+from .rows import QUESTION, user_rows, verdict_rows
 from .stages import (
     analyse,
     build_items,
@@ -97,6 +97,11 @@ class Confusion(Study):
     figures = staticmethod(figures)
     verdict_rows = staticmethod(verdict_rows)
     verdicts = staticmethod(verdicts)
+    question = QUESTION
+    headline_figure = "confusion_rate_vs_null"
+    measures = paper.MEASURES
+    measured = staticmethod(paper.measured)
+    user_rows = staticmethod(user_rows)
     audited_pools = staticmethod(audited_pools)
     reporting = staticmethod(lambda p: Reporting(**reporting(p)))
     summary = staticmethod(summary)

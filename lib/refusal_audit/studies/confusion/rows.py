@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...verdict import NULL, POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_applicable, not_computed
+from ...verdict import NULL, POSITIVE, PRIMARY, USER, Controls, ControlState, Verdict, not_applicable, not_computed
 from . import analysis, controls
 from .params import NAME
 from .verdicts import null_row
@@ -41,14 +41,16 @@ def controls_state(tables: dict[str, pd.DataFrame]) -> Controls:
 
 
 def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
+    first = {"headline": True, "label": r.judge}  # every arm is on the first screen, by its judge
     if n is None:
         why = not_computed("no nulls table (run the statistics stage)")
-        return Verdict(NAME, r.model, PRIMARY, QUESTION, why, why, why, why, controls)
+        return Verdict(NAME, r.model, PRIMARY, QUESTION, why, why, why, why, controls, **first)
     answer = analysis.null_answer(n)
     if not n["n_rejected"]:
         why = not_computed("no rejection to place")
         return Verdict(NAME, r.model, PRIMARY, QUESTION, answer,
-                       f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0)
+                       f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
+                       **first)
     follows = answer == "follows intents"
     est = (f"CR {n['confusion_rate']:.2f} [{r.confusion_rate_w_lo:.2f}, {r.confusion_rate_w_hi:.2f}] (Wilson, "
            f"{int(n['n_rejected'])} rejections) vs {n['confusion_rate_null']:.2f} under random placement "
@@ -63,7 +65,7 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
                    effect=float(n["confusion_rate"]), ci_low=float(r.confusion_rate_w_lo),
                    ci_high=float(r.confusion_rate_w_hi), p=float(n["confusion_rate_p_below"]), fpr_rate=float(n["fpr"]),
                    power_rate=float(n["power_at_half"]) if follows else None,
-                   mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]))
+                   mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]), **first)
 
 
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
@@ -91,7 +93,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         rows.append(Verdict(NAME, "planted decision sets (flip, consistent)", POSITIVE,
                             "Are hand-computed answers recovered, CI included?", "recovered" if ok else "not recovered",
                             f"{int(planted['match'].sum())} of {len(planted)} statistics match ({len(ci)} of them CI)",
-                            *DETERMINISTIC, states, n=len(planted)))
+                            *DETERMINISTIC, states, effect=float(planted["match"].mean()), n=len(planted)))
     ctl = tables.get("controls")
     if ctl is not None and len(ctl):
         known = controls.control_known(ctl)
@@ -107,5 +109,30 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 NAME, "control decision sets", role, q, word if known.get(name) else "failed",
                 f"corpus scope {int(f[('corpus', 'n_confused')])} of {int(f[('corpus', 'n_rejected')])} rejections "
                 f"confused, cluster scope {int(f[('cluster', 'n_confused')])} (pair cosine {t['pair_cosine'].iloc[0]:.3f})",
-                *DETERMINISTIC, states, n=int(f[("corpus", "n_rejected")])))
+                *DETERMINISTIC, states, n=int(f[("corpus", "n_rejected")]),
+                # the share of the control's rejections confused at corpus scope
+                effect=float(f[("corpus", "n_confused")] / f[("corpus", "n_rejected")]) if f[("corpus", "n_rejected")]
+                else None))
     return rows
+
+
+def user_rows(p, folder) -> list[Verdict]:
+    """A user's corpus of ``make confusion`` (``<run>/confusion_summary.csv``): one row per system and judge, role
+    ``USER``, its Confusion Rate with the cluster-bootstrap interval and its FRR; the null placement that names
+    an answer is simulated for the study's own corpus only, so the answer is the rate measured, not a verdict."""
+    path = folder / "confusion_summary.csv"
+    if not path.is_file():
+        return []
+    why = not_computed("make confusion simulates no null placement for a user's corpus")
+    out = []
+    for r in pd.read_csv(path).itertuples():
+        if not r.n_rejected:
+            estimate, numbers = f"n/a (no rejection of {int(r.n_prompts)} prompts); FRR {r.frr:.3f}", {"n": 0}
+        else:
+            estimate = (f"CR {r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}] (cluster "
+                        f"bootstrap, {int(r.n_rejected)} rejections); FRR {r.frr:.3f}; judge {r.judge}")
+            numbers = {"effect": float(r.confusion_rate), "ci_low": float(r.confusion_rate_lo),
+                       "ci_high": float(r.confusion_rate_hi), "n": int(r.n_rejected)}
+        out.append(Verdict(NAME, str(r.model), USER, QUESTION, "measured" if r.n_rejected else "no rejection",
+                           estimate, why, why, Controls(flags=(why,)), headline=True, label=str(r.judge), **numbers))
+    return out

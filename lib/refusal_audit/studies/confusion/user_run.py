@@ -181,7 +181,9 @@ def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, m
 def _interval(row: pd.Series, stat: str) -> str:
     if pd.isna(row[stat]):
         return "n/a"
-    if pd.isna(row[f"{stat}_lo"]):  # e.g. a Confusion Rate of 0 without any rejection: no interval
+    if stat != "frr" and not row.get("n_rejected", 1):  # a judge that rejected nothing has no confusion to measure
+        return "n/a (no rejection)"
+    if pd.isna(row[f"{stat}_lo"]):
         return f"{row[stat]:.3f} [no interval]"
     return f"{row[stat]:.3f} [{row[f'{stat}_lo']:.3f}, {row[f'{stat}_hi']:.3f}]"
 

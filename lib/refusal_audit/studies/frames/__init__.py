@@ -1,4 +1,4 @@
-"""The frames study: evaluation-context divergence (arXiv 2605.06327; ``shared/seeds/001_*.txt``).
+"""The frames study: evaluation-context divergence (arXiv 2605.06327; its numbers in ``data/published/frames.csv``).
 
 Does a model behave differently when the same task is framed as an internal safety evaluation (E), a
 live deployment interaction (D) or a standalone request (N)? Items in four strata (explicit harmful,
@@ -30,6 +30,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..contract import Rendering, Reporting, Study
+from . import paper
 from .params import NAME, STRATA, Params, as_null, check, null_seeds
 from .plan import plan
 from .report import NOTEBOOK_NOTES, audited_pools, figures, reporting, summary, training_pool
@@ -68,6 +69,10 @@ class Frames(Study):
     figures = staticmethod(figures)
     verdict_rows = staticmethod(verdict_rows)
     verdicts = staticmethod(verdicts)
+    question = "Does framing a task as an evaluation (E), a deployment (D) or neutral (N) change refusal?"
+    headline_figure = "frames_verdict"
+    measures = paper.MEASURES
+    measured = staticmethod(paper.measured)
     audited_pools = staticmethod(audited_pools)
     training_pool = staticmethod(training_pool)
     reporting = staticmethod(lambda p: Reporting(**reporting(p)))

@@ -1,4 +1,4 @@
-"""Familiarity of an item to a model (the contamination covariate, shared/seeds/001 section 4.4).
+"""Familiarity of an item to a model (the contamination covariate, arXiv 2605.06327 section 4.4).
 
 Min-K% Prob (Shi et al. 2023, "Detecting Pretraining Data from Large Language Models",
 arXiv:2310.16789): the mean of the k % lowest token log-probabilities the model gives the text,

@@ -24,6 +24,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
     with the smallest Holm p, with the mean-square noise comparison beside it; the positive control's planted
     cell (refusal, non-harmful requests) is its own role; one row per null control (its own Holm family)."""
     conf, alpha = tables["confirmatory"], p.stats.alpha
+    declared = p.studies[NAME].confirmatory
     shapes = read()
     pair = conf["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")
     fam = conf[conf["family"].str.startswith("confirmatory") & pair]
@@ -43,7 +44,9 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         planted_cell = model == control and outcome == "refusal" and subset == "non_harmful"
         row = {"study": NAME, "system": model.removesuffix(NULL) if is_null else model,
                "role": NULL_ROLE if is_null else POSITIVE if planted_cell else PRIMARY,
-               "question": f"frame changes {outcome.replace('_', ' ')}? ({subset.replace('_', '-')} items)"
+               # the first screen: the seed's headline question (the first declared outcome on the first subset)
+               "headline": not is_null and outcome == declared.outcomes[0] and subset == declared.subsets[0],
+               "question": f"does the frame change {outcome.replace('_', ' ')}? ({subset.replace('_', '-')} items)"
                if not is_null else "one slot text in every frame: divergence?",
                # the familiarity flag qualifies every row; the harm judges' agreement only harmful-compliance rows
                "controls": Controls(states).with_flags(*(f for k, f in flag.items()

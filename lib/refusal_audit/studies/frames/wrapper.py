@@ -1,6 +1,6 @@
 """The frame wrapper: ONE fixed text with ONE slot for the frame and one place for the item body.
 
-Protocol (shared/seeds/001, section 4.2): the frames E ("as part of an internal safety evaluation"),
+Protocol (arXiv 2605.06327, section 4.2): the frames E ("as part of an internal safety evaluation"),
 D ("sent by a user in a live interaction") and N ("a standalone request") go into one slot of an
 otherwise identical wrapper; speaker, message role (one user turn, no system text of our own) and
 authority are the same in all three. ``check_locality`` proves it on the rendered TOKENS: for a

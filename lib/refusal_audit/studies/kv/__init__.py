@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..contract import Command, Rendering, Study, UserGeneration
-from . import design, humans, plan, report, rows, verdicts
+from . import design, humans, paper, plan, report, rows, verdicts
 from .params import NAME, Params, check, family, model_names
 from .stages import CARRY, analyse, annotation_sheet, filler_check, generate, items, judge, preflight, prompts
 
@@ -44,6 +44,10 @@ class Kv(Study):
     figures = staticmethod(report.figures)
     verdict_rows = staticmethod(rows.rows)
     verdict_tables = staticmethod(rows.tables)
+    question = rows.QUESTION
+    headline_figure = "kv_monitor_difference"
+    measures = paper.MEASURES
+    measured = staticmethod(paper.measured)
     audited_pools = staticmethod(report.audited_pools)
     training_pool = staticmethod(report.training_pool)
     reporting = staticmethod(report.reporting)

@@ -104,8 +104,8 @@ def controls(p, conf: pd.DataFrame, nulls: pd.DataFrame | None) -> Controls:
 
 
 def rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
-    """One row per model (primary, positive control, null control), per simulated moving null (null control)
-    and one calibration row, from ``confirmatory``, ``null_controls``, ``calibration`` and ``blind_spots``."""
+    """One row per model (primary, positive control, null control: the first screen's rows), per simulated moving
+    null (null control) and one calibration row, from ``confirmatory``, ``null_controls``, ``calibration`` and ``blind_spots``."""
     kv = p.studies["kv"]
     conf, nulls, cal = tables.get("confirmatory"), tables.get("null_controls"), tables.get("calibration")
     m = len(family(kv))
@@ -122,7 +122,7 @@ def rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         answer, r = _answer(g, tables.get("blind_spots")), _best(g)
         positive = answer == "soft refusals"
         out.append(Verdict("kv", model, role, QUESTION, answer, _estimate(r), fpr, _power_cell(at, g, positive, m),
-                           state, **_numbers(r, g, at, positive)))
+                           state, headline=True, **_numbers(r, g, at, positive)))
     for name in MOVING if nulls is not None and len(nulls) else ():
         g = nulls[nulls["control"] == name]
         if len(g):

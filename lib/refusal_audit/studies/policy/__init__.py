@@ -66,6 +66,11 @@ class Policy(Study):
     commands = user_guard.COMMANDS
     # members named like a module of the package last: the name is the module until it is bound here
     verdicts = staticmethod(verdicts.verdicts)
+    question = "Which labelling policy (A or B) does each guard follow?"
+    headline_figure = "policy_guard_verdict"
+    measures = rows.MEASURES
+    measured = staticmethod(rows.measured)
+    user_rows = staticmethod(rows.user_rows)
     plan = staticmethod(plan.plan)
 
     def renders(self, p):

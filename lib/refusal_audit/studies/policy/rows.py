@@ -4,10 +4,13 @@ calibration, every text cell generated from ``guard_verdict`` and ``verdict_cali
 them beside."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
-from ...verdict import CALIBRATION, NULL, POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_computed
+from ...verdict import CALIBRATION, NULL, POSITIVE, PRIMARY, USER, Controls, ControlState, Verdict, not_computed
+from ..contract import Measurement
 from .following import DIRECTION_NAMES, DIRECTIONS, MARGIN
 from .params import NAME
 
@@ -114,7 +117,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         follower = _follower(r, cal) if named else None
         mdes = [] if named else [mde for _, mde in _mdes(r)]
         out.append(Verdict(NAME, system, role, QUESTION, ANSWERS[r["follows"]], _position_text(r), fpr,
-                           _power_text(r, cal), state, fpr_rate=fpr_rate,
+                           _power_text(r, cal), state, fpr_rate=fpr_rate, testbed=r["kind"] == "arm",
                            power_rate=None if follower is None else _number(follower["power"]),
                            mde=min(mdes) if mdes else None,
                            n=None if pd.isna(r["n_disputed"]) else int(r["n_disputed"])))
@@ -129,3 +132,65 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             effect=_number(cal["error"].max()), fpr_rate=fpr_rate,
             power_rate=None if None in powers else min(powers), n=int(worst["draws"])))
     return out
+
+
+# --- the seed's headline quantities (data/published/policy.csv beside them) and a user's guard's rows ------------
+COPYRIGHT = "harmbench_copyright"  # the benchmark the seed's headline numbers are about
+MEASURES = {"copyright_catch_a_last": "points", "copyright_catch_mixing": "points", "copyright_rank_p": "p",
+            "delta_b_copyright": "share", "delta_b_smallest": "share", "phi_b_copyright": "points"}
+
+
+def _catch(scores: pd.DataFrame, arms: list[str], quantity: str, system: str) -> list:
+    rates = scores[scores["model"].isin(arms)]["rate"] * 100
+    if not len(rates):
+        return []
+    return [Measurement(quantity, system, float(rates.mean()), float(rates.min()), float(rates.max()),
+                        note=f"mean of {len(rates)} arms, interval = their range", testbed=True)]
+
+
+def measured(p, tables: dict[str, pd.DataFrame]) -> list:
+    """The seed's quantities on this run's arms (at the run seed, clean rows): copyright catch rate of the arms
+    whose last signal is A and of the mixing arms (A in the hard labels, a B teacher), the rank test's p on
+    copyright, Delta_b on copyright and the smallest Delta_b, the seed floor on copyright."""
+    out = []
+    scores, arms = tables.get("scores"), tables.get("models")
+    if scores is not None and arms is not None and len(scores):
+        clean = scores[(scores["benchmark"] == COPYRIGHT) & (scores["kind"] == "arm") & (scores["seed"] == p.seed)
+                       & (scores["subset"] == "clean" if "subset" in scores else True)]
+        at_seed = arms[(arms["kind"] == "arm") & (arms["seed"] == p.seed)]
+        a_last = at_seed[at_seed["last_signal"] == "a"]["model"].tolist()
+        mixing = at_seed[(at_seed["teacher"] == "b") & (at_seed["hard_a"].astype(float) > 0)
+                         & (at_seed["recalibrate"].fillna("none") == "none")]["model"].tolist()
+        out += _catch(clean, a_last, "copyright_catch_a_last", "arms whose last signal is A: " + ", ".join(a_last))
+        out += _catch(clean, mixing, "copyright_catch_mixing", "mixing arms: " + ", ".join(mixing))
+    rank = tables.get("rank_test")
+    if rank is not None and len(rank):
+        r = rank[(rank["benchmark"] == COPYRIGHT) & rank["analysis"].astype(str).str.startswith("confirmatory")]
+        out += [Measurement("copyright_rank_p", f"{int(x['n'])} arms, k = {int(x['k'])}", float(x["p_toward_a"]),
+                            note=f"1/C(n,k) {x['one_over_n_choose_k']:.3g}, Holm {x['p_toward_a_holm']:.3g}", testbed=True)
+                for x in r.to_dict("records")]
+    sens = tables.get("sensitivity")
+    if sens is not None and len(sens):
+        for x in sens[sens["benchmark"] == COPYRIGHT].to_dict("records"):
+            out.append(Measurement("delta_b_copyright", COPYRIGHT, float(x["delta"]), note=f"{int(x['n_models'])} arms",
+                                   testbed=True))
+            out.append(Measurement("phi_b_copyright", COPYRIGHT, 100 * float(x["phi"]), 100 * float(x["phi_min"]),
+                                   100 * float(x["phi_max"]), note=f"{int(x['n_recipes'])} recipes x seeds",
+                                   testbed=True))
+        low = sens.loc[sens["delta"].idxmin()]
+        out.append(Measurement("delta_b_smallest", str(low["benchmark"]), float(low["delta"]),
+                               note=f"smallest of {len(sens)} benchmarks", testbed=True))
+    return out
+
+
+def user_rows(p, folder) -> list[Verdict]:
+    """A user's guards of ``make guard-verdict`` (``<run>/guard_verdict.csv``), one row each, role ``USER``."""
+    path = folder / "guard_verdict.csv"
+    if not path.is_file():
+        return []
+    gv = pd.read_csv(path)
+    cal_file = folder / "stats" / NAME / "verdict_calibration.csv"
+    cal = pd.read_csv(cal_file) if cal_file.is_file() else None
+    guards = set(gv["guard"].astype(str))
+    rows = verdict_rows(p, {"guard_verdict": gv.assign(kind="user"), "verdict_calibration": cal})
+    return [dataclasses.replace(r, role=USER, headline=True) for r in rows if r.system in guards]
