@@ -159,7 +159,7 @@ def test_the_policy_study_pool_with_simplesafetytests_and_moderation_is_labelled
     """The two sets copied into data/ for the policy study and the written set: every row labelled, every
     rule used, the disagreement DEFINITIONS.md states (without the written set 353 of 3,663, 9.6 % binary:
     A stricter on 303, B on 50; 188 of the moderation set's 1,680), over at least three harm categories
-    and four benchmarks; the written set's 208 rows add 128 B-stricter rows in two rule pairs."""
+    and four benchmarks; the written set's 298 rows add 158 B-stricter rows in two rule pairs."""
     full = P.apply_policies(P.build_pool(include=P.DEFAULT_DATASETS + ("simplesafetytests", "openai_moderation",
                                                                        "written")))
     got = full[full["dataset"] != "written"]
@@ -177,13 +177,13 @@ def test_the_policy_study_pool_with_simplesafetytests_and_moderation_is_labelled
     sst = got[got["dataset"] == "simplesafetytests"]
     assert len(sst) == 100 and (sst["label_a"] == "HARMFUL").all() and (sst["label_b"] == "HARMFUL").all()
     w = full[full["dataset"] == "written"]
-    assert len(w) == 208 and int((w["unsafe_a"] & ~w["unsafe_b"]).sum()) == 0
+    assert len(w) == 298 and int((w["unsafe_a"] & ~w["unsafe_b"]).sum()) == 0
     b_str = w[~w["unsafe_a"] & w["unsafe_b"]]
-    assert b_str.groupby(["rule_a", "rule_b"]).size().to_dict() == {("A21", "B21"): 86, ("A22", "B22"): 42}
-    assert w.groupby(["label_a", "label_b"]).size().to_dict() == {("BOUNDARY_SAFE", "BOUNDARY_SAFE"): 40,
-                                                                  ("BOUNDARY_SAFE", "HARMFUL"): 128,
-                                                                  ("HARMFUL", "HARMFUL"): 40}
-    assert round((full["unsafe_a"] != full["unsafe_b"]).mean(), 3) == 0.124  # 481 of 3,871
+    assert b_str.groupby(["rule_a", "rule_b"]).size().to_dict() == {("A21", "B21"): 116, ("A22", "B22"): 42}
+    assert w.groupby(["label_a", "label_b"]).size().to_dict() == {("BOUNDARY_SAFE", "BOUNDARY_SAFE"): 70,
+                                                                  ("BOUNDARY_SAFE", "HARMFUL"): 158,
+                                                                  ("HARMFUL", "HARMFUL"): 70}
+    assert round((full["unsafe_a"] != full["unsafe_b"]).mean(), 3) == 0.129  # 511 of 3,961
     for policy in P.POLICIES:
         used = set(full[f"rule_{policy.key}"])
         assert all(policy.rule_id(i) in used for i in range(len(policy.rules))), policy.name
@@ -192,7 +192,7 @@ def test_the_policy_study_pool_with_simplesafetytests_and_moderation_is_labelled
 def test_the_written_set_duplicates_nothing_in_the_pool_or_itself():
     """data/policy_written/: no row an exact or near-duplicate (contamination's MinHash audit, shingle
     Jaccard >= 0.7) of any row of the other eight sets of the default pool, nor of another written row
-    (the SOURCE.md's writing rule 6; measured highest Jaccard 0.31 and 0.44)."""
+    (the SOURCE.md's writing rule 6; measured highest Jaccard 0.33 and 0.44)."""
     import itertools
 
     from refusal_audit import contamination as C

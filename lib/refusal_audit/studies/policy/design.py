@@ -36,7 +36,7 @@ import pandas as pd
 
 from ... import contamination, datasets
 from ...paths import DATA_DIR
-from . import rules
+from . import lexicon, rules
 
 # benchmark -> (the benchmark's own convention: "harmful" = catch rate, "benign" = over-refusal, description)
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -91,32 +91,44 @@ _LICENCE_LINE = re.compile(r"^[\s>*-]*licen[cs]e\b[^:\n]*:(.*)$", re.IGNORECASE 
 
 
 def check_provenance(names, data_dir=None) -> None:
-    """Every prompt file of the datasets ``names`` has its provenance (a data file of new items without a
-    licence or source row must not enter a run: it stops ``make check``): a ``SOURCE.md`` in the file's folder
-    that names the file, has a licence line (``License: ...`` or ``Licence: ...``) stating the
-    licence the items table records for it (``LICENCES``), and records the file's sha256 (a file
-    edited without its SOURCE.md stops too). Raises ``ProvenanceError``, one line naming the file."""
+    """Every prompt file of the datasets ``names``, and the harm lexicon the verdict matches its
+    baselines on (``lexicon``: its words, held-out words and a published list), has its provenance (a data file without a
+    licence or source row must not enter a run: it stops ``make check``): ``check_file`` with the
+    licence the items table records for it (``LICENCES``; the lexicon's ``lexicon.LICENCE``)."""
+    root = Path(DATA_DIR if data_dir is None else data_dir)
     for name in names:
-        path = Path(DATA_DIR if data_dir is None else data_dir) / rules.SOURCES[name].path
+        path = root / rules.SOURCES[name].path
+        if path.is_file():  # build_pool names a missing prompt file
+            check_file(path, LICENCES.get(name, ""), f"design.LICENCES[{name!r}]")
+    for name in (lexicon.LEXICON_FILE, lexicon.HELD_OUT_FILE, lexicon.PUBLISHED_FILE):
+        path = root / name
         if not path.is_file():
-            continue  # build_pool names a missing prompt file
-        source = path.parent / "SOURCE.md"
-        if not source.is_file():
-            raise ProvenanceError(f"{path}: no SOURCE.md beside it ({source}); expected the file's upstream or "
-                                  "author, licence and sha256 (data/README.md, 'Adding a prompt set')")
-        text = source.read_text(encoding="utf-8")
-        if path.name not in text:
-            raise ProvenanceError(f"{path}: {source} has no row naming {path.name!r}; expected its source, rows "
-                                  "and sha256")
-        licence = LICENCES.get(name, "")
-        stated = [m.strip() for m in _LICENCE_LINE.findall(text)]
-        if not licence or not any(licence in s for s in stated):
-            raise ProvenanceError(f"{path}: {source} has no licence line stating {licence or '(none recorded)'!r} "
-                                  f"(design.LICENCES[{name!r}]); found {stated or 'no License:/Licence: line'}")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest not in text:
-            raise ProvenanceError(f"{path}: sha256 {digest} is not recorded in {source}; expected the file's "
-                                  "sha256 there (a changed file needs its SOURCE.md updated)")
+            raise ProvenanceError(f"{path}: the harm lexicon is missing; expected it with its SOURCE.md "
+                                  "(data/harm_lexicon/, data/keyword_lists/)")
+        check_file(path, lexicon.LICENCE, "lexicon.LICENCE")
+
+
+def check_file(path: Path, licence: str, recorded: str) -> None:
+    """A ``SOURCE.md`` in the file's folder that names the file, has a licence line (``License: ...`` or
+    ``Licence: ...``) stating ``licence`` (recorded in the code at ``recorded``), and records the file's
+    sha256 (a file edited without its SOURCE.md stops too). Raises ``ProvenanceError``, one line naming
+    the file."""
+    source = path.parent / "SOURCE.md"
+    if not source.is_file():
+        raise ProvenanceError(f"{path}: no SOURCE.md beside it ({source}); expected the file's upstream or "
+                              "author, licence and sha256 (data/README.md, 'Adding a prompt set')")
+    text = source.read_text(encoding="utf-8")
+    if path.name not in text:
+        raise ProvenanceError(f"{path}: {source} has no row naming {path.name!r}; expected its source, rows "
+                              "and sha256")
+    stated = [m.strip() for m in _LICENCE_LINE.findall(text)]
+    if not licence or not any(licence in s for s in stated):
+        raise ProvenanceError(f"{path}: {source} has no licence line stating {licence or '(none recorded)'!r} "
+                              f"({recorded}); found {stated or 'no License:/Licence: line'}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest not in text:
+        raise ProvenanceError(f"{path}: sha256 {digest} is not recorded in {source}; expected the file's "
+                              "sha256 there (a changed file needs its SOURCE.md updated)")
 
 
 def labelled_pool(include: list[str] | tuple[str, ...], data_dir=DATA_DIR,

@@ -168,8 +168,9 @@ def summary(p, stage: str, table) -> list:
         if "guard_verdict" in table:
             gv = table["guard_verdict"]
             shown += ["**Which policy each guard follows** (disputed clean benchmark items; its position per direction "
-                      "between its own flag rates on the undisputed items of the same dataset and format (group) that both "
-                      "policies call safe (0) and unsafe (1), toward A; `stats.policy_verdict`; the arms at the run "
+                      "between its own flag rates on the undisputed items of the same dataset, format (group) and "
+                      "lexical level that both policies call safe (0) and unsafe (1), toward A; `stats.policy_verdict`; "
+                      "the arms at the run "
                       "seed, the synthetic guards of known answer, released guards):",
                       gv[~gv["guard"].str.contains("|", regex=False)][
                           ["guard", "kind", "last_signal", "n_a_stricter", "n_b_stricter", "flag_both_safe",
@@ -204,7 +205,7 @@ NOTEBOOK_NOTES = {
         'catch and over-refusal rates per arm, Delta_b, the seed floor Phi_b, the exchangeability rank test '
         '(Holm over benchmarks), Spearman rho of validation accuracy, the rank test at P(unsafe) >= 0.5 as a '
         'sensitivity analysis (the confirmatory test takes each arm at its operating point), and the verdict '
-        "(follows A, B, mixed or undetermined: each direction's position between the guard's own rates, "
+        "(follows A, B, mixed, inconsistent or undetermined: each direction's position between the guard's own rates, "
         '`verdict_calibration.csv` for how far it can be trusted) for every arm and guard.'),
     'figures': (
         'arms x benchmarks, Delta_b against Phi_b, validation accuracy against policy agreement.'),

@@ -16,7 +16,8 @@ from .params import NAME
 
 QUESTION = "Which policy does this guard follow?"
 QUESTION_CALIBRATION = "Does the rule name a wrong policy?"
-ANSWERS = {"A": "follows A", "B": "follows B", "mixed": "mixed", "undetermined": "undetermined"}
+ANSWERS = {"A": "follows A", "B": "follows B", "mixed": "mixed", "undetermined": "undetermined",
+           "inconsistent": "inconsistent with both policies"}
 ROLES = {"arm": PRIMARY, "guard": PRIMARY, "user": PRIMARY}  # the synthetic guards are controls, by known answer
 KNOWN_NONE = "known: none"  # the last signal of the synthetic guard that follows no policy (coin flips)
 

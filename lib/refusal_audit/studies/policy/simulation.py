@@ -4,8 +4,10 @@ the run's own items (``calibration``: ``stats/policy/verdict_calibration.csv``),
 plan``).
 
 The profiles: followers of A and of B at several flag rates, guards that side with one policy in one direction
-or on one dispute only (expected mixed), and policy-free guards keyed on length, dataset or format (expected
-undetermined). ``error`` is the share of draws in which the rule names a wrong policy, at most ``MAX_ERROR``.
+or on one dispute only (expected mixed), policy-free guards keyed on length, dataset or format, and keyword guards
+that flag a prompt holding any word of a list drawn from the harm lexicon (expected undetermined), and followers
+whose flags are mixed with a keyword guard's (expected their policy). ``error`` is the share of draws in which the
+rule names a wrong policy, at most ``MAX_ERROR``.
 """
 from __future__ import annotations
 
@@ -16,11 +18,24 @@ import numpy as np
 import pandas as pd
 
 from ... import stats
-from .following import DIRECTIONS, GROUP_NAMES, GROUPS, MARGIN, MIN_ITEMS, MIN_SEPARATION, N_DRAWS, apply_rule, strata
+from . import lexicon
+from .following import (
+    DIRECTIONS,
+    GROUP_NAMES,
+    GROUPS,
+    MARGIN,
+    MIN_ITEMS,
+    MIN_SEPARATION,
+    N_DRAWS,
+    OUTSIDE,
+    apply_rule,
+    rule_pairs,
+    strata,
+)
 
 CALIBRATION_DRAWS = 500  # simulated guards per profile (verdict_calibration.csv, make plan's power line)
 MAX_ERROR = 0.05        # the most draws of any profile in which the rule may name the wrong policy
-CALIBRATION_VERSION = "issue45-2"  # bump when the rule or the profiles change (hashed into the committed table's key)
+CALIBRATION_VERSION = "lexical-2"  # bump when the rule or the profiles change (hashed into the committed table's key)
 
 # --- the rule's calibration: synthetic guard profiles on the run's own items --------------------------------------
 
@@ -59,9 +74,10 @@ def stratum_profiles(table: pd.DataFrame) -> dict[str, tuple[str, str, np.ndarra
     s, u = BASES[""]
     for name, own, safe_side in (("follows_A_borderline", "A", 3), ("follows_B_borderline", "B", 2)):
         r = _class_rates(cls, s, u, u, s) if own == "A" else _class_rates(cls, s, u, s, u)
-        order = table[cls == safe_side].sort_values("n_items", ascending=False, kind="stable").index
+        pr = rule_pairs(table)
+        order = pr[pr["cls"] == safe_side].sort_values("n_items", ascending=False, kind="stable").index
         for i, j in enumerate(order):
-            r[j] = BORDERLINE[i % len(BORDERLINE)] * s
+            r[(table["pair"] == j).to_numpy()] = BORDERLINE[i % len(BORDERLINE)] * s
         out[name] = (own, f"as follows_{own}, its safe-side disputed items flagged at 4x/3x/2x {s:.0%} by rule pair", r)
     gs = table["group"].map(lambda g: BY_SOURCE[g][0]).to_numpy()
     gu = table["group"].map(lambda g: BY_SOURCE[g][1]).to_numpy()
@@ -120,6 +136,58 @@ def item_profiles(rows: pd.DataFrame, draws: int, seed: int) -> dict[str, tuple[
     return out
 
 
+def lexicon_profiles(rows: pd.DataFrame, draws: int, seed: int) -> dict[str, tuple[str, str, np.ndarray]]:
+    """Keyword guards (a prompt is flagged when it holds any word of a list from the harm lexicon,
+    ``lexicon``), which follow no policy, and followers mixed with one, which follow theirs: name ->
+    (expected verdict, what it does, flag probability per row, or per draw and row). The lists: every
+    word; the 48 words of ``lexicon.GUARD_48``; 20 and ``lexicon.RANDOM_WORDS`` words drawn afresh for
+    each simulated guard; a random list with noise (flags 90 % of its matches and 5 % of the rest); harm
+    words the lexicon does not hold (``lexicon.held_out``: all 40, and 20 drawn afresh); a published
+    profanity filter's list (``lexicon.published``). The
+    mixtures: a follower of A or B (5 % false flags, 92 % recall) that also flags every match of a
+    random list (``or``), and one whose every verdict comes from the list or from the follower at even
+    odds (``half``)."""
+    rng = np.random.default_rng(seed)
+    h, vocab = lexicon.hits(rows["text"]), lexicon.words()
+    n_words = len(vocab)
+
+    def random(size: int, hit: np.ndarray = h) -> np.ndarray:
+        pick = np.zeros((draws, hit.shape[1]), dtype=bool)
+        for d in range(draws):
+            pick[d, rng.choice(hit.shape[1], size, replace=False)] = True
+        return ((pick.astype(np.float32) @ hit.T.astype(np.float32)) > 0).astype(float)
+
+    out = {"lexicon_all": ("undetermined", f"flags every prompt holding any of the {n_words} lexicon words",
+                           h.any(axis=1).astype(float)),
+           "lexicon_48": ("undetermined", "flags every prompt holding any of 48 lexicon words (lexicon.GUARD_48)",
+                          h[:, [vocab.index(w) for w in lexicon.GUARD_48]].any(axis=1).astype(float))}
+    for size in (20, lexicon.RANDOM_WORDS):
+        out[f"lexicon_random{size}"] = ("undetermined", f"flags every prompt holding any of {size} lexicon words "
+                                        "drawn afresh for each guard", random(size))
+    out["lexicon_noisy"] = ("undetermined", f"flags 90% of the prompts holding any of {lexicon.RANDOM_WORDS} random "
+                            "lexicon words and 5% of the rest", 0.05 + 0.85 * random(lexicon.RANDOM_WORDS))
+    other = lexicon.hits(rows["text"], lexicon.held_out())
+    out["held_out_all"] = ("undetermined", f"flags every prompt holding any of {other.shape[1]} harm words that are "
+                           "not in the lexicon (data/harm_lexicon/held_out.csv)", other.any(axis=1).astype(float))
+    out["held_out_random20"] = ("undetermined", "flags every prompt holding any of 20 held-out harm words drawn afresh "
+                                "for each guard", random(20, other))
+    out["published_profanity"] = ("undetermined", "flags every prompt holding a word of a published profanity filter's "
+                                  "list (data/keyword_lists/, better_profanity 0.7.0)",
+                                  lexicon.phrase_flags(rows["text"], lexicon.published()).astype(float))
+    cls = stats.policy_class(rows["unsafe_a"], rows["unsafe_b"])
+    s, u = BASES["_f05_r92"]
+    for own, rates in (("A", (s, u, u, s)), ("B", (s, u, s, u))):
+        follower = np.array(rates)[cls][None, :]
+        words = random(lexicon.RANDOM_WORDS)
+        out[f"lexicon_or_follows_{own}"] = (own, f"a follower of {own} ({s:.0%} / {u:.0%}) that also flags every prompt "
+                                            f"holding any of {lexicon.RANDOM_WORDS} random lexicon words",
+                                            1 - (1 - follower) * (1 - words))
+        out[f"lexicon_half_follows_{own}"] = (own, f"each verdict from a follower of {own} ({s:.0%} / {u:.0%}) or "
+                                              f"from {lexicon.RANDOM_WORDS} random lexicon words, at even odds",
+                                              0.5 * follower + 0.5 * random(lexicon.RANDOM_WORDS))
+    return out
+
+
 def simulate(table: pd.DataFrame, p: np.ndarray, draws: int, alpha: float, seed: int) -> stats.PolicyVerdict:
     """The verdicts of ``draws`` simulated guards that flag each item of stratum j independently with
     probability ``p[j]``, every item answered."""
@@ -141,13 +209,15 @@ def simulate_items(table: pd.DataFrame, idx: np.ndarray, p: np.ndarray, draws: i
 
 
 def _true_positions(table: pd.DataFrame, p: np.ndarray) -> np.ndarray:
-    """The direction positions (2,) of a guard with stratum rates ``p`` (``stats.group_positions``);
+    """The direction positions (2,) of a guard with stratum rates ``p`` (``stats.matched_positions``);
     NaN for a direction with a group whose true separation is under ``MIN_SEPARATION`` (no position
     is then the right answer, and there is no position to cover)."""
     n, cls, grp = table["n_items"].to_numpy(), table["cls"].to_numpy(), table["grp"].to_numpy()
-    pos, sep = stats.group_positions(np.asarray(p, dtype=float), n, cls, grp, len(GROUP_NAMES))
+    pr = rule_pairs(table)
+    pos, sep, pn = stats.matched_positions(np.asarray(p, dtype=float), n, cls, grp, table["lev"].to_numpy(),
+                                           table["pair"].to_numpy(), len(GROUP_NAMES), lexicon.LEVELS, len(pr))
     weak = [(sep[grp[(cls == c) & (n > 0)]] < MIN_SEPARATION).any() for c in (2, 3)]
-    return np.where(weak, np.nan, stats.direction_positions(pos, n, cls))
+    return np.where(weak, np.nan, stats.direction_positions(pos, pn, pr["cls"].to_numpy()))
 
 
 def calibration(rows: pd.DataFrame, alpha: float, seed: int, draws: int = CALIBRATION_DRAWS) -> pd.DataFrame:
@@ -155,10 +225,12 @@ def calibration(rows: pd.DataFrame, alpha: float, seed: int, draws: int = CALIBR
     ``item_profiles``) on ``rows``: the share of each verdict, ``error`` (the share naming a wrong
     policy: the other one, or any for a profile that follows none; at most ``MAX_ERROR``), ``power``
     (the share of the expected verdict) and, for a profile with fixed rates, the **coverage** of each
-    direction's interval (the share of draws whose interval holds the profile's true position)."""
+    direction's interval (the share of draws whose interval holds the profile's true position, among the
+    draws in which every group of that direction gives positions)."""
     table, idx = strata(rows)
     found = {k: (*v, "stratum") for k, v in stratum_profiles(table).items()}
     found.update({k: (*v, "item") for k, v in item_profiles(rows, draws, seed).items()})
+    found.update({k: (*v, "item") for k, v in lexicon_profiles(rows, draws, seed + 1).items()})
     out = []
     for i, (name, (expected, what, p, kind)) in enumerate(found.items()):
         if kind == "stratum":
@@ -174,7 +246,10 @@ def calibration(rows: pd.DataFrame, alpha: float, seed: int, draws: int = CALIBR
         wrong = share["B"] if expected == "A" else share["A"] if expected == "B" else share["A"] + share["B"]
         cover = {}
         for j, dname in enumerate(DIRECTIONS):
-            ok = ~np.isnan(v.position[:, j])
+            # the draws whose direction rests on every group the true position does (a group the rule did not
+            # place in a draw leaves a different estimand)
+            groups = np.unique(table.loc[(table["cls"] == 2 + j) & (table["n_items"] > 0), "grp"])
+            ok = ~np.isnan(v.position[:, j]) & v.placed[:, groups].all(axis=1)
             cover[f"coverage_{dname}"] = (float(((v.lo[ok, j] <= truth[j]) & (truth[j] <= v.hi[ok, j])).mean())
                                           if np.isfinite(truth[j]) and ok.any() else np.nan)
         out.append({"profile": name, "expected": expected, "description": what, "draws": draws,
@@ -194,7 +269,8 @@ def calibration_key(rows: pd.DataFrame, alpha: float, seed: int, draws: int) -> 
     """What a calibration table was simulated on: the rule's constants, alpha, seed, draws and the
     guard items (ids, texts, datasets, labels and rule pairs), hashed."""
     cols = ["item_id", "text", "dataset", "benchmark", "unsafe_a", "unsafe_b", "rule_a", "rule_b"]
-    rule = repr((MARGIN, MIN_ITEMS, MIN_SEPARATION, N_DRAWS, sorted(GROUPS.items()), CALIBRATION_VERSION))
+    rule = repr((MARGIN, MIN_ITEMS, MIN_SEPARATION, N_DRAWS, OUTSIDE, sorted(GROUPS.items()), lexicon.words(),
+                 CALIBRATION_VERSION))
     data = rows[cols].astype(str).sort_values("item_id").to_csv(index=False)
     return f"{hashlib.sha256((rule + data).encode()).hexdigest()[:16]}-a{alpha}-s{seed}-d{draws}"
 
@@ -221,11 +297,17 @@ def trust_line(cal: pd.DataFrame) -> str:
     cov = cal[[c for c in cal.columns if c.startswith("coverage_")]]
     cov_txt = (f"; the direction intervals hold the profiles' true positions in {np.nanmin(cov.to_numpy()):.0%} to "
                f"{np.nanmax(cov.to_numpy()):.0%} of draws" if cov.size and np.isfinite(cov.to_numpy()).any() else "")
+    words = cal[cal["profile"].str.startswith(("lexicon_", "held_out_", "published_"))]
+    words_txt = ""
+    if not words.empty:
+        w = words.loc[words["error"].idxmax()]
+        words_txt = (f"; over the {len(words)} keyword-guard profiles (harm-lexicon, held-out and published word "
+                     f"lists, and followers mixed with them) the worst is {w['error']:.1%} ({w['profile']})")
     return (f"How far this verdict can be trusted ({int(cal['draws'].iloc[0])} simulated guards per profile, "
             f"{len(cal)} profiles, on these {int(cal['n_a_stricter'].iloc[0])} A-stricter and "
             f"{int(cal['n_b_stricter'].iloc[0])} B-stricter items, `verdict_calibration.csv`): the worst wrong-policy "
             f"rate over all profiles is {worst['error']:.1%} ({worst['profile']}; "
-            f"{'within' if bool(cal['error_ok'].all()) else 'NOT within'} {MAX_ERROR:.0%} in every profile); it names "
+            f"{'within' if bool(cal['error_ok'].all()) else 'NOT within'} {MAX_ERROR:.0%} in every profile){words_txt}; it names "
             "the followed policy for " + ", ".join(f"{r.profile} {r.power:.0%}" for r in follow.itertuples())
             + "; it gives the expected mixed / undetermined for "
             + ", ".join(f"{r.profile} {r.power:.0%}" for r in other.itertuples()) + cov_txt + ".")
