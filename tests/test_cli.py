@@ -162,3 +162,19 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tmp_path, here):
     clean = pd.read_parquet(tmp_path / "results" / "clean" / "user" / "generations.parquet")
     assert len(killed) == 12 and killed["generation_id"].is_unique
     pd.testing.assert_frame_equal(killed, clean)
+
+
+def test_every_command_the_makefile_calls_exists(capsys):
+    """Each ``-m refusal_audit <command>`` of the Makefile parses (seen failing when the contract's CLI lost
+    ``figures`` and ``make figures`` stopped with "invalid choice")."""
+    import re
+
+    from refusal_audit.__main__ import main
+
+    called = set(re.findall(r"-m refusal_audit ([a-z][a-z-]*)", (ROOT / "Makefile").read_text()))
+    assert {"run", "check", "figures", "guard-verdict"} <= called
+    for command in sorted(called):
+        with pytest.raises(SystemExit) as stop:
+            main([command, "--help"])
+        assert stop.value.code == 0, command
+    assert "invalid choice" not in capsys.readouterr().err

@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--run", required=True)
     a.add_argument("--threshold", type=float, default=0.7, help="near-duplicate: character 3-gram Jaccard >= this")
     a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
+    fg = sub.add_parser("figures", help="publish a finished run's figures into the repository's figures/ (with their "
+                                        "provenance)")
+    fg.add_argument("--run", default="default")
     commands, owners = {}, {}  # each study's own commands (Study.commands): a user's route into that study
     for name in studies.REGISTRY:
         for cmd, command in studies.get(name).commands.items():
