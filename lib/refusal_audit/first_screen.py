@@ -85,11 +85,16 @@ def shown(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([pick, table[table["role"] == USER]])
 
 
-def _thumbnail(figures: Path, stem: str, study: str) -> str:
+def _png(figures: Path, stem: str) -> str:
+    """A run figure's PNG as base64 (the page is one file that opens offline), or "" where it has none."""
     png = figures / f"{stem}.png"
-    if not stem or not png.is_file():
+    return base64.b64encode(png.read_bytes()).decode() if stem and png.is_file() else ""
+
+
+def _thumbnail(figures: Path, stem: str, study: str) -> str:
+    data = _png(figures, stem)
+    if not data:
         return ""
-    data = base64.b64encode(png.read_bytes()).decode()
     return (f"<a class='thumb' href='#fig-{html.escape(study)}' title='{html.escape(stem)}: the full figure'>"
             f"<img alt='{html.escape(stem)}' src='data:image/png;base64,{data}'></a>")
 
@@ -98,9 +103,8 @@ def full_figures(figures: Path, heads: dict[str, str]) -> str:
     """The headline figures at full size, each with the anchor its thumbnail links to."""
     parts = []
     for study, stem in heads.items():
-        png = figures / f"{stem}.png"
-        if stem and png.is_file():
-            data = base64.b64encode(png.read_bytes()).decode()
+        data = _png(figures, stem)
+        if data:
             parts.append(f"<h3 id='fig-{html.escape(study)}'>{html.escape(study)}: {html.escape(stem)}</h3>"
                          f"<img alt='{html.escape(stem)}' src='data:image/png;base64,{data}'>")
     return "".join(parts)
