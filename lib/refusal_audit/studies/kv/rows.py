@@ -151,4 +151,7 @@ def tables(p, tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]
     table = tables.get("human_agreement")
     if table is None or table.empty:
         return []
-    return [("kv: human labels on the judges' disagreements (stats/kv/human_agreement.csv)", table)]
+    shares = tables.get("human_labels")
+    return [("kv: human labels on the judges' disagreements (stats/kv/human_agreement.csv)", table)] + (
+        [("kv: the four human labels' shares per member and reason (stats/kv/human_labels.csv)", shares)]
+        if shares is not None and len(shares) else [])

@@ -82,7 +82,7 @@ def _not_text(g: pd.DataFrame) -> str:
     per = "; ".join(f"{r.family_member}: {int(r.not_text_arm)} of {int(r.n_replies)} evicted replies (full "
                     f"{int(r.not_text_full)}), {int(r.carrying_not_text)} of the {int(r.carrying)} carrying the "
                     "monitor difference" for r in g.itertuples())
-    out = (f" Degenerate or off-topic replies (degeneracy judge; their own class, a refusal under no judge): {per}.")
+    out = f" Degenerate or off-topic replies (degeneracy judge; their own class, left out of the test): {per}."
     fake = g[g["claimed_as_read"].astype(bool) & ~g["claimed"].astype(bool)]
     if len(fake):
         out += (f" {len(fake)} of {len(g)} members ({', '.join(fake['family_member'])}) would show soft refusals only "
