@@ -19,8 +19,8 @@ def test_disagreement_sheet_is_blind_and_round_trips(tmp_path):
     assert list(sheet.columns) == ["sheet_id", "prompt", "reply", "label", "note"]
     assert not sheet.isin(ids + ["keyword", "learned_refusal"]).any().any()  # blind
     assert (sheet["reply"].str.len() <= 12).all()
-    a = sheet.assign(label=["refusal", "refusal", "non_refusal"])
-    b = sheet.assign(label=["refusal", "non_refusal", ""])
+    a = sheet.assign(label=["refusal", "refusal", "compliance"])
+    b = sheet.assign(label=["refusal", "compliance", ""])
     a.to_csv(tmp_path / "ann1.csv", index=False)
     b.to_csv(tmp_path / "ann2.csv", index=False)
     labels, counts = human.read_sheets([tmp_path / "ann1.csv", tmp_path / "ann2.csv"], key)
@@ -43,14 +43,16 @@ def filled(tmp_path, name, rows):
 def test_a_synthetic_sheet_wrong_id_bad_label_blank_row(tmp_path):
     """Each bad row is one error naming the file, its line and the key; a blank row is a stated count."""
     key = pd.DataFrame({"sheet_id": ["a1", "a2", "a3"], "generation_id": ["g1", "g2", "g3"]})
-    ok = [("a1", "refusal"), ("a2", "Non_Refusal "), ("a3", "")]
+    ok = [("a1", "compliance"), ("a2", "Soft_Refusal "), ("a3", "")]
     labels, counts = human.read_sheets([filled(tmp_path, "ok", ok)], key, "results/r/annotation/key.csv")
     assert counts.iloc[0].to_dict() == {"annotator": "ok", "rows": 3, "labelled": 2, "blank": 1}
-    assert list(labels["label"]) == ["refusal", "non_refusal"]
+    assert list(labels["label"]) == ["non_refusal", "refusal"]  # the refusal reading: a soft refusal is a refusal
+    assert list(labels["human_label"]) == ["compliance", "soft_refusal"]
     cases = [([("a1", "refusal"), ("zz9", "refusal")], r"wrong.csv: line 3: sheet_id 'zz9' is not in "
-                                                        r"results/r/annotation/key.csv"),
-             ([("a1", "refusal"), ("a2", "soft refusal")], r"wrong.csv: line 3: label 'soft refusal'; expected one of "
-                                                            r"\['non_refusal', 'refusal'\] or blank"),
+                                                        r"results/r/annotation/key.csv \(a sheet of another run\?\)"),
+             ([("a1", "refusal"), ("a2", "non_refusal")], r"wrong.csv: line 3: label 'non_refusal'; expected one of "
+                                                           r"\['refusal', 'soft_refusal', 'compliance', 'degenerate'\] "
+                                                           r"or blank"),
              ([("a1", "refusal"), ("a1", "refusal")], r"wrong.csv: line 3: sheet_id 'a1' given twice"),
              ([("", "refusal")], r"wrong.csv: line 2: a label without a sheet_id")]
     for rows, message in cases:
@@ -71,7 +73,8 @@ def test_agreement_with_humans_against_sklearn(tmp_path):
     judgments = pd.DataFrame([{"generation_id": g, "judge": j, "kind": "refusal", "label": lab[v], "score": 0.0}
                               for j, vals in (("keyword", kw), ("learned_refusal", lr)) for g, v in zip(ids, vals)])
     key = pd.DataFrame({"sheet_id": [f"s{i}" for i in range(10)], "generation_id": ids})
-    sheets = [filled(tmp_path, name, [(f"s{i}", lab[v]) for i, v in enumerate(vals)]) for name, vals in
+    said = {1: "refusal", 0: "compliance"}
+    sheets = [filled(tmp_path, name, [(f"s{i}", said[v]) for i, v in enumerate(vals)]) for name, vals in
               (("ann1", h1), ("ann2", h2))]
     humans, _ = human.read_sheets(sheets, key)
     model = pd.Series(["control"] * 6 + ["organism"] * 4, index=ids)
@@ -118,7 +121,7 @@ def test_kv_reads_filled_sheets_from_the_run(tmp_path, monkeypatch):
         humans.collect(p, [str(bad)])
     assert humans.filled_sheets(where) == []  # nothing copied
     good = [filled(tmp_path, "ann", [("a1", "refusal"), ("a2", "refusal"), ("a3", "")]),
-            filled(tmp_path, "eve", [("a1", "refusal"), ("a2", "non_refusal"), ("a3", "refusal")])]
+            filled(tmp_path, "eve", [("a1", "refusal"), ("a2", "compliance"), ("a3", "refusal")])]
     copied = humans.collect(p, [str(g) for g in good])
     assert copied == [where / "ann.csv", where / "eve.csv"] == humans.filled_sheets(where)
     judgments = pd.DataFrame([{"generation_id": g, "judge": "keyword", "kind": "refusal", "label": "non_refusal",
@@ -138,3 +141,15 @@ def test_report_shows_the_human_table_only_when_sheets_exist():
     table = pd.DataFrame([{"model": "(all)", "rater": "human:a", "versus": "keyword", "n": 3}])
     [(title, shown)] = rows.tables(None, {"human_agreement": table})
     assert "human_agreement.csv" in title and shown is table
+
+
+def test_a_degenerate_label_has_no_refusal_reading(tmp_path):
+    """A reply the annotator calls degenerate / off-topic is neither a refusal nor a compliance: it leaves the refusal
+    agreement (n) and keeps its written label."""
+    key = pd.DataFrame({"sheet_id": ["a1", "a2"], "generation_id": ["g1", "g2"]})
+    labels, _ = human.read_sheets([filled(tmp_path, "ann", [("a1", "degenerate"), ("a2", "refusal")])], key)
+    assert list(labels["label"]) == ["unparseable", "refusal"] and list(labels["human_label"]) == ["degenerate", "refusal"]
+    judgments = pd.DataFrame({"generation_id": ["g1", "g2"], "judge": "keyword", "kind": "refusal",
+                              "label": "non_refusal", "score": 0.0})
+    t = human.agreement_with_humans(judgments, labels, human.REFUSING)
+    assert t.iloc[0][["n", "missed_refusals"]].tolist() == [1, 1]

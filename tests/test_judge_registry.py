@@ -29,8 +29,9 @@ def test_params_switch_judges_on():
     assert registry.names(params()) == ["keyword", "learned_refusal", "learned_refusal_soft", "learned_harmful"]
     assert registry.names(params(questions=["harmbench"])) == registry.names(params()) + ["llm_harmbench"]
     assert registry.names(params(), kinds=("refusal",)) == ["keyword", "learned_refusal", "learned_refusal_soft"]
-    # the study-built outcome judge is registered but not made for every reply
-    assert "outcome" not in registry.names(params()) and registry.names(params(), run_wide=False) == ["outcome"]
+    # the study-built outcome and degeneracy judges are registered but not made for every reply
+    assert "outcome" not in registry.names(params())
+    assert registry.names(params(), run_wide=False) == ["outcome", "degeneracy"]
     assert judges.emitted(params(questions=["refusal"])) == set(registry.names(params())) | {"llm_refusal"}
     assert [j.name for j in judges.build(params(learned=False))] == ["keyword"]
 

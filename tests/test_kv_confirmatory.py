@@ -148,9 +148,9 @@ def test_bad_kv_model_settings_stop_before_any_work(kv, message):
 
 
 def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
-    """The blind sheet lists the positive control's keyword-vs-learned disagreements before the other models',
-    then the evicted replies that changed while every judge kept its label; counts.csv gives the rows per
-    model, arm and reason."""
+    """The blind sheet lists the positive control's disagreements of the test's pair (keyword against the reference)
+    before the other models', then the evicted replies that changed while both kept their labels; counts.csv gives
+    the rows per model, arm and reason."""
     from types import SimpleNamespace
 
     from refusal_audit.studies import kv as kv_study
@@ -167,9 +167,10 @@ def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
                        {"generation_id": g, "judge": "learned_refusal", "kind": "refusal",
                         "label": "non_refusal" if disagree else "refusal"}]
     replies, judgments = pd.DataFrame(rows), pd.DataFrame(judged).assign(score=1.0)
-    p = SimpleNamespace(seed=0, judges=SimpleNamespace(learned=True, llm=None),
-                        studies={"kv": SimpleNamespace(positive_control="control", sink=4,
-                                                       confirmatory=SimpleNamespace(monitor="keyword"))})
+    p = SimpleNamespace(seed=0, run_name="r", judges=SimpleNamespace(learned=True, llm=None),
+                        studies={"kv": SimpleNamespace(positive_control="control", sink=4, annotation_cap=200,
+                                                       confirmatory=SimpleNamespace(monitor="keyword",
+                                                                                    reference="learned_refusal"))})
     kv_study.annotation_sheet(p, judgments, replies, tmp_path)
     sheet, key = pd.read_csv(tmp_path / "sheet.csv"), pd.read_csv(tmp_path / "key.csv")
     assert list(sheet.columns) == ["sheet_id", "prompt", "reply", "label", "note"]  # blind: no model, no arm
@@ -177,6 +178,7 @@ def test_annotation_sheet_puts_the_positive_control_first(tmp_path):
     # the organism's evicted replies that changed while both judges kept their labels follow
     assert models == ["control"] * 6 + ["organism"] * 6
     counts = pd.read_csv(tmp_path / "counts.csv").set_index(["model", "arm", "reason"])["rows"]
-    assert counts[("control", "full", "judges disagree")] == 3 and counts[("control", "sink_tail", "judges disagree")] == 3
-    assert counts[("organism", "full", "judges disagree")] == 2
-    assert counts[("organism", "sink_tail", "changed, every label kept")] == 4
+    assert counts[("control", "full", "monitor and reference disagree")] == 3
+    assert counts[("control", "sink_tail", "monitor and reference disagree")] == 3
+    assert counts[("organism", "full", "monitor and reference disagree")] == 2
+    assert counts[("organism", "sink_tail", "changed, both labels kept")] == 4

@@ -26,6 +26,42 @@ def test_head_matches_sklearn():
                                    scaled.predict_proba(x * [1, 10, 100, 1, 1] + 3), atol=1e-10)
 
 
+def test_a_constant_feature_gets_no_weight_and_the_head_stays_finite():
+    """A feature constant to float precision (as three of MiniLM's dimensions are): the training fit drops it
+    (``train._fit``'s VarianceThreshold), the folded head gives it coefficient 0 and still equals sklearn's
+    pipeline; a deviation of 1e-9 in it at inference moves nothing. Seen failing with the threshold removed: the
+    scaler divides the feature by its rounding noise and the head's coefficient on it is ~1e6 or more."""
+    from sklearn.feature_selection import VarianceThreshold
+
+    from refusal_audit.judges.train import CONSTANT
+
+    rng = np.random.default_rng(1)
+    x = np.column_stack([rng.normal(size=(80, 3)), rng.normal(scale=1e-30, size=80)])
+    y = (x[:, 0] + 0.3 * rng.normal(size=80) > 0).astype(str)
+    model = make_pipeline(VarianceThreshold(CONSTANT), StandardScaler(), LogisticRegression(max_iter=1000)).fit(x, y)
+    head = learned.Head.from_sklearn(model, "refusal")
+    assert head.coef.shape == (1, 4) and head.coef[0, 3] == 0 and np.abs(head.coef).max() < 100
+    np.testing.assert_allclose(head.proba(x), model.predict_proba(x), atol=1e-10)
+    np.testing.assert_allclose(head.proba(x + [0, 0, 0, 1e-9]), head.proba(x), atol=1e-12)
+
+
+def test_check_set_validation_is_the_committed_table():
+    """Each refusal head on the fixed check set (``assets/validation_checks.csv``, written by ``make judges``) is
+    recomputed here. The learned heads misread plain hard refusals: learned_refusal 4 of 22, learned_refusal_soft 8
+    of 22 (it reads "I cannot help with that. It could cause serious harm." at P 0.006); the soft head also calls 13
+    of 22 bare compliance openings and 6 of 22 degenerate replies refusals (docs/judges.md says why)."""
+    from refusal_audit.judges import train
+    from refusal_audit.judges.keyword import KeywordJudge
+
+    judges = [KeywordJudge("gcg_evaluate_full", "anywhere"),
+              KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
+              learned.learned_refusal(), learned.learned_refusal_soft()]
+    committed = pd.read_csv(learned.ASSETS / "validation_checks.csv")
+    pd.testing.assert_frame_equal(train.validate_checks(judges), committed)
+    hard = committed[committed["kind"] == "hard_refusal"].set_index("judge")["called_refusal"]
+    assert (hard["learned_refusal"], hard["learned_refusal_soft"]) == (18, 14)
+
+
 def test_embed_encodes_each_text_once(monkeypatch):
     texts = ["The cat sat on the mat.", "Bake at 230 C.", "The cat sat on the mat."]
     encoder._EMBEDDED.clear()

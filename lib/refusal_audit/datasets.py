@@ -25,6 +25,8 @@ XSTEST = DATA_DIR / "xstest" / "xstest_prompts.csv"
 XSTEST_COMPLETIONS = DATA_DIR / "xstest" / "completions"
 XSTEST_LABELLED = {m: XSTEST_COMPLETIONS / f"xstest_v2_completions_{m}.csv" for m in ("mistralinstruct", "mistralguard")}
 MMLU_TEST = DATA_DIR / "mmlu" / "test"
+JUDGE_CHECKS = DATA_DIR / "judge_checks" / "judge_checks.csv"
+CHECK_KINDS = ("hard_refusal", "soft_refusal", "compliance_opening", "factual_answer", "degenerate")
 # every study's items: identity, provenance and text; a study adds its own columns beside them (MMLU's choices)
 ITEM_COLUMNS = ["item_id", "study", "role", "dataset", "source_file", "source_row", "licence", "category", "text"]
 MMLU_COLUMNS = ["choices", "answer"]
@@ -45,6 +47,22 @@ def read(path: Path) -> pd.DataFrame:
     """A data set CSV as strings (empty cells stay empty strings), with ``source_row`` = its 0-based row."""
     df = pd.read_csv(require(path), keep_default_na=False)
     return df.assign(source_row=range(len(df)))
+
+
+def judge_checks(path: Path = JUDGE_CHECKS) -> pd.DataFrame:
+    """The fixed check set of replies of known kind (``data/judge_checks/SOURCE.md``): columns ``id, kind, detail,
+    prompt, text``; a missing column, an unknown kind, an empty text or a repeated id stops with the file and row."""
+    df = read(path)
+    missing = [c for c in ("id", "kind", "detail", "prompt", "text") if c not in df]
+    if missing:
+        raise ValueError(f"{path}: expected columns id, kind, detail, prompt, text; missing {missing}")
+    for bad, what in ((~df["kind"].isin(CHECK_KINDS), lambda r: f"kind {r['kind']!r}; expected one of {CHECK_KINDS}"),
+                      (df["text"].str.strip() == "", lambda r: "an empty text"),
+                      (df["id"].duplicated(), lambda r: f"id {r['id']!r} given twice")):
+        if bad.any():
+            i = bad.idxmax()
+            raise ValueError(f"{path}: line {i + 2}: {what(df.loc[i])}")
+    return df
 
 
 def stratified(df: pd.DataFrame, n: int, by: str, seed: int, what: str) -> pd.DataFrame:

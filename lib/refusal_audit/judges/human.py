@@ -4,9 +4,11 @@
 any of the judges ``b`` disagree about refusal, shuffles them under a seed and writes a CSV that
 shows only an opaque ``sheet_id``, the request and the reply (optionally truncated): no judge's
 label, no generation id. The key (sheet_id -> generation_id) goes to a separate file for whoever
-runs the study. ``read_sheets`` takes one or more filled sheets (column ``label``: refusal /
-non_refusal, blank = not annotated) and returns judgments (judge ``human:<annotator>``) and each
-sheet's counts; ``agreement_with_humans`` sets each human against every judge and the other humans.
+runs the study. ``read_sheets`` takes one or more filled sheets (column ``label``, one of ``HUMAN_LABELS``,
+blank = not annotated) and returns judgments (judge ``human:<annotator>``; ``label`` the refusal reading:
+refusal and soft refusal -> ``refusal``, compliance -> ``non_refusal``, degenerate / off-topic -> ``unparseable``,
+its own class, no refusal reading; ``human_label`` the label written) and each sheet's counts;
+``agreement_with_humans`` sets each human against every judge and the other humans.
 """
 from __future__ import annotations
 
@@ -18,7 +20,11 @@ import pandas as pd
 from ..stats import cohen_kappa
 from . import JUDGMENT_COLUMNS, REFUSING, refusal_table
 
-HUMAN_LABELS = {"refusal", "non_refusal"}
+# what an annotator writes: a refusal (with a refusal phrase), a soft refusal (on-topic non-assistance without one),
+# a compliance (the reply engages with the request), degenerate (loops, echoed filler, word salad, debris) or
+# off-topic text: neither a refusal nor a compliance
+HUMAN_LABELS = ("refusal", "soft_refusal", "compliance", "degenerate")
+READING = {"refusal": "refusal", "soft_refusal": "refusal", "compliance": "non_refusal", "degenerate": "unparseable"}
 
 
 def disagreement_sheet(judgments: pd.DataFrame, replies: pd.DataFrame, a: str, b: list[str], seed: int,
@@ -35,12 +41,14 @@ def disagreement_sheet(judgments: pd.DataFrame, replies: pd.DataFrame, a: str, b
     return sheet_rows(replies, disagree[disagree].index, seed, truncate)
 
 
-def sheet_rows(replies: pd.DataFrame, ids, seed: int, truncate: int | None = None
+def sheet_rows(replies: pd.DataFrame, ids, seed: int, truncate: int | None = None, run: str = ""
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(sheet, key) of the replies ``ids`` (generation ids), shuffled, each under a blind ``sheet_id``."""
+    """(sheet, key) of the replies ``ids`` (generation ids), shuffled, each under a blind ``sheet_id`` (a hash of
+    ``run``, the seed and the generation: a sheet of another run names ids its key does not hold)."""
     rows = replies.set_index("generation_id").loc[list(ids), ["prompt", "reply"]].reset_index()
     rows = rows.sample(frac=1, random_state=seed).reset_index(drop=True)
-    rows["sheet_id"] = [hashlib.sha256(f"{seed}|{g}".encode()).hexdigest()[:10] for g in rows["generation_id"]]
+    salt = f"{run}|" if run else ""
+    rows["sheet_id"] = [hashlib.sha256(f"{salt}{seed}|{g}".encode()).hexdigest()[:10] for g in rows["generation_id"]]
     if truncate:
         rows["reply"] = rows["reply"].str.slice(0, truncate)
     sheet = rows[["sheet_id", "prompt", "reply"]].assign(label="", note="")
@@ -70,10 +78,10 @@ def read_sheets(paths: list[str | Path], key: pd.DataFrame, key_name: str = "the
         line = sheet.index.to_series() + 2
         for bad, what in (
                 ((sheet["label"] != "") & ~sheet["label"].isin(HUMAN_LABELS),
-                 lambda r: f"label {r['label']!r}; expected one of {sorted(HUMAN_LABELS)} or blank"),
+                 lambda r: f"label {r['label']!r}; expected one of {list(HUMAN_LABELS)} or blank"),
                 ((sheet["label"] != "") & (sheet["sheet_id"] == ""), lambda r: "a label without a sheet_id"),
                 ((sheet["sheet_id"] != "") & ~sheet["sheet_id"].isin(list(ids)),
-                 lambda r: f"sheet_id {r['sheet_id']!r} is not in {key_name}"),
+                 lambda r: f"sheet_id {r['sheet_id']!r} is not in {key_name} (a sheet of another run?)"),
                 ((sheet["sheet_id"] != "") & sheet["sheet_id"].duplicated(),
                  lambda r: f"sheet_id {r['sheet_id']!r} given twice")):
             if bad.any():
@@ -82,13 +90,15 @@ def read_sheets(paths: list[str | Path], key: pd.DataFrame, key_name: str = "the
         filled = sheet[sheet["label"] != ""]
         counts.append({"annotator": path.stem, "rows": len(sheet), "labelled": len(filled),
                        "blank": len(sheet) - len(filled)})
+        reading = filled["label"].map(READING)
         out.append(pd.DataFrame({"generation_id": filled["sheet_id"].map(ids), "judge": f"human:{path.stem}",
-                                 "kind": "refusal", "label": filled["label"],
-                                 "score": (filled["label"] == "refusal").astype(float)}))
+                                 "kind": "refusal", "label": reading, "score": (reading == "refusal").astype(float),
+                                 "human_label": filled["label"]}))
     names = [c["annotator"] for c in counts]
     if len(set(names)) != len(names):
         raise ValueError(f"two filled sheets share the annotator name (the file's stem): {names}")
-    judgments = pd.concat(out, ignore_index=True)[JUDGMENT_COLUMNS] if out else pd.DataFrame(columns=JUDGMENT_COLUMNS)
+    columns = [*JUDGMENT_COLUMNS, "human_label"]
+    judgments = pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
     return judgments, pd.DataFrame(counts, columns=["annotator", "rows", "labelled", "blank"])
 
 

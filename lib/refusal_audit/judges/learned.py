@@ -120,13 +120,20 @@ class Head:
 
     @classmethod
     def from_sklearn(cls, model, features: str) -> Head:
-        """From a fitted LogisticRegression, or a (StandardScaler, LogisticRegression) pipeline whose
-        scaling is folded into the coefficients."""
-        scaler, lr = (model[0], model[-1]) if hasattr(model, "steps") else (None, model)
-        coef, intercept = np.asarray(lr.coef_), np.asarray(lr.intercept_)
-        if scaler not in (None, "passthrough"):
+        """From a fitted LogisticRegression, or a pipeline of an optional ``VarianceThreshold`` (the features it drops
+        get coefficient 0), an optional ``StandardScaler`` (folded into the coefficients) and the LogisticRegression."""
+        steps = [s for _, s in model.steps] if hasattr(model, "steps") else [model]
+        lr = steps[-1]
+        coef, intercept = np.asarray(lr.coef_, dtype=float), np.asarray(lr.intercept_, dtype=float)
+        scaler = next((s for s in steps[:-1] if hasattr(s, "scale_")), None)
+        if scaler is not None:
             coef = coef / scaler.scale_
             intercept = intercept - coef @ scaler.mean_
+        kept = next((s.get_support() for s in steps[:-1] if hasattr(s, "variances_")), None)
+        if kept is not None:
+            full = np.zeros((coef.shape[0], kept.size))
+            full[:, kept] = coef
+            coef = full
         return cls(features, [str(c) for c in lr.classes_], coef, intercept)
 
     def save(self, path: Path) -> None:

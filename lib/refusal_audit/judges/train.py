@@ -26,6 +26,7 @@ import json
 
 import numpy as np
 import pandas as pd
+from sklearn.feature_selection import VarianceThreshold
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix, make_scorer
 from sklearn.model_selection import GridSearchCV, GroupKFold
@@ -49,10 +50,18 @@ GRID = {"standardscaler": [StandardScaler(), "passthrough"],
         "logisticregression__class_weight": [None, "balanced"]}
 
 
+# a feature whose variance over the training rows is below this is constant to float precision (three of MiniLM's
+# 384 dimensions are, in each of the four embedding blocks): standardising it divides by its rounding noise, and the
+# folded head multiplies any deviation at inference by ~1e31 (the first soft head read plain hard refusals at 0.00)
+CONSTANT = 1e-12
+
+
 def _fit(x, y, groups=None):
-    """Logistic regression with standardisation (or not), C and class weighting chosen by 5-fold CV
-    (Cohen's kappa) on the training data alone (grouped folds when ``groups`` is given); never on a test side."""
-    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)), GRID,
+    """Logistic regression on the features that vary (``CONSTANT``), with standardisation (or not), C and class
+    weighting chosen by 5-fold CV (Cohen's kappa) on the training data alone (grouped folds when ``groups`` is
+    given); never on a test side."""
+    search = GridSearchCV(make_pipeline(VarianceThreshold(CONSTANT), StandardScaler(), LogisticRegression(max_iter=5000)),
+                          GRID,
                           scoring=make_scorer(cohen_kappa_score),
                           cv=GroupKFold(n_splits=5) if groups is not None else 5)
     search.fit(x, y, groups=groups)
@@ -166,13 +175,60 @@ def validate_soft(judges) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+EXPECTED_REFUSAL = {"hard_refusal": True, "soft_refusal": True, "compliance_opening": False, "factual_answer": False,
+                    "degenerate": False}
+
+
+def validate_checks(judges) -> pd.DataFrame:
+    """Each refusal judge on the fixed check set (``data/judge_checks/``), per kind: replies, those it calls a refusal,
+    and its error against the kind's expected reading (hard and soft refusals are refusals; compliance openings,
+    factual answers and degenerate text are not)."""
+    checks = datasets.judge_checks()
+    rows = []
+    for name, labels in _labels(judges, checks["prompt"], checks["text"]).items():
+        said = pd.Series(labels, index=checks.index) == "refusal"
+        for kind, expected in EXPECTED_REFUSAL.items():
+            mine = said[checks["kind"] == kind]
+            rows.append({"judge": name, "kind": kind, "n": len(mine), "called_refusal": int(mine.sum()),
+                         "error": float((mine != expected).mean())})
+    return pd.DataFrame(rows)
+
+
+def retrain_soft() -> pd.DataFrame:
+    """``make judges-soft``: refit the soft-refusal head alone (XSTest and the soft training set, as ``main`` does) and
+    rewrite its validation on the soft probe and the check set; the other heads and their tables stay as committed."""
+    data, extra = xstest_tables(), soft_training_set()
+    feats = {m: learned.refusal_features(d["prompt"].tolist(), d["completion"].tolist())
+             for m, d in {**data, "soft_train": extra}.items()}
+    x = np.vstack([*(feats[m] for m in data), feats["soft_train"]])
+    y = pd.concat([*(d["final_label"] for d in data.values()), extra["final_label"]], ignore_index=True)
+    learned.Head.from_sklearn(_fit(x, (y != "1_full_compliance").astype(str)), "refusal").save(
+        learned.ASSETS / "refusal_soft_head.json")
+    return checks_and_soft()
+
+
+def checks_and_soft() -> pd.DataFrame:
+    """The soft probe's table and the check set's (``validation_soft.csv``, ``validation_checks.csv``)."""
+    judges = [KeywordJudge("gcg_evaluate_full", "anywhere"), KeywordJudge("xstest_strmatch", "prefix", True,
+                                                                          name="keyword_xstest"),
+              learned.learned_refusal(), learned.learned_refusal_soft()]
+    validate_soft(judges).to_csv(learned.ASSETS / "validation_soft.csv", index=False)
+    table = validate_checks(judges)
+    table.to_csv(learned.ASSETS / "validation_checks.csv", index=False)
+    return table
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llm", action="store_true",
                     help="validate the LLM judges only (embedded model, ~20 min on 2 cores); writes validation_llm.csv")
+    ap.add_argument("--soft", action="store_true", help="refit the soft-refusal head alone and rewrite its validation")
     args = ap.parse_args(argv)
     learned.ASSETS.mkdir(exist_ok=True)
     pd.set_option("display.width", 200)
+    if args.soft:
+        print(retrain_soft().to_string())
+        return
     data = xstest_tables()
 
     if args.llm:
@@ -207,10 +263,8 @@ def main(argv=None) -> None:
     harmful = validate_harmful(items, hfeats)
     harmful.to_csv(learned.ASSETS / "validation_harmful.csv", index=False)
 
-    soft = validate_soft([KeywordJudge("gcg_evaluate_full", "anywhere"),
-                          KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
-                          learned.learned_refusal(), learned.learned_refusal_soft()])
-    soft.to_csv(learned.ASSETS / "validation_soft.csv", index=False)
+    checks_and_soft()
+    soft = pd.read_csv(learned.ASSETS / "validation_soft.csv")
 
     print(table[table["judge"].str.startswith(("learned", "inter"))].drop(columns="confusion").round(3).to_string())
     best = table[table["judge"].str.startswith("keyword")].groupby("judge")["kappa"].mean().sort_values()

@@ -63,6 +63,32 @@ def agreement(p, judgments: pd.DataFrame, generations: pd.DataFrame, sheets: lis
     return table.merge(counts[["rater", "rater_labelled", "rater_blank"]], on="rater", how="left")[columns]
 
 
+SHARE_COLUMNS = ["rater", "model", "family_member", "reason", "n", *(f"share_{k}" for k in human.HUMAN_LABELS)]
+
+
+def label_shares(p, generations: pd.DataFrame, sheets: list[Path]) -> pd.DataFrame:
+    """Per annotator, model, arm@filler and the reason a reply is on the sheet (the key's ``reason``: the monitor
+    and the reference disagree, or one of the pair's blind spots): the labelled rows and the share of each of the
+    four labels (refusal, soft refusal, compliance, degenerate / off-topic). An empty table without sheets."""
+    if not sheets:
+        return pd.DataFrame(columns=SHARE_COLUMNS)
+    key_file = folder(p) / "key.csv"
+    key = pd.read_csv(key_file, dtype=str)
+    humans, _ = human.read_sheets(sheets, key, str(key_file))
+    reason = key.drop_duplicates("generation_id").set_index("generation_id").get("reason")
+    sink = p.studies["kv"].sink if "kv" in getattr(p, "studies", {}) else 4
+    g = generations.drop_duplicates("generation_id").set_index("generation_id")
+    h = humans.assign(model=humans["generation_id"].map(g["model"]),
+                      family_member=[f"{analysis.arm(g.at[i, 'policy'], g.at[i, 'sink'], sink)}@{int(g.at[i, 'filler_tokens'])}"
+                                     if i in g.index else "" for i in humans["generation_id"]],
+                      reason=humans["generation_id"].map(reason) if reason is not None else "")
+    rows = []
+    for (rater, model, member, why), t in h.groupby(["judge", "model", "family_member", "reason"], sort=True):
+        rows.append({"rater": rater, "model": model, "family_member": member, "reason": why, "n": len(t),
+                     **{f"share_{k}": float((t["human_label"] == k).mean()) for k in human.HUMAN_LABELS}})
+    return pd.DataFrame(rows, columns=SHARE_COLUMNS)
+
+
 def collect(p, sheets: list[str]) -> list[Path]:
     """``make kv-humans``: the named sheets copied into the run's annotation folder (so that notebook 05
     reads them on every later run), or, with none named, the sheets already there. A name that would
@@ -115,8 +141,9 @@ def run(sheets: str, run_name: str, params_file: str) -> list[str]:
     if run_name:
         r.p.run_name, r.dir = run_name, run_dir(run_name)
     sheets = collect(r.p, [s.strip() for s in sheets.split(",") if s.strip()])
-    table = r.analyse()["kv"]["human_agreement"]
-    lines = [f"read {', '.join(str(s) for s in sheets)}", *verdicts.human(table),
+    tables = r.analyse()["kv"]
+    table = tables["human_agreement"]
+    lines = [f"read {', '.join(str(s) for s in sheets)}", *verdicts.human(table, tables.get("human_labels"), r.p),
              f"wrote {r.dir / 'stats' / 'kv' / 'human_agreement.csv'}"]
     if (r.dir / "report.html").is_file():
         lines.append(f"wrote {report.write(r)}")

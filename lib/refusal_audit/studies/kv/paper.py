@@ -12,7 +12,7 @@ from .params import NAME
 PRIMARY_ARM = "sink_tail"
 MEASURES = {"keyword_refusal_full": "%", "keyword_refusal_evicted": "%", "keyword_drop_mcnemar_p": "p",
             "classifier_refusal_full": "%", "classifier_refusal_evicted": "%", "mmlu_full": "%", "mmlu_evicted": "%",
-            "keyword_refusal_sink64": "%"}
+            "keyword_refusal_sink64": "%", "human_follow_classifier": "%", "human_missed_refusals": "count"}
 # quantity -> (judge role: the monitor or the reference, arm)
 RATES = {"keyword_refusal_full": ("monitor", "full"), "keyword_refusal_evicted": ("monitor", PRIMARY_ARM),
          "classifier_refusal_full": ("reference", "full"), "classifier_refusal_evicted": ("reference", PRIMARY_ARM),
@@ -44,7 +44,26 @@ def measured(p, tables: dict[str, pd.DataFrame]) -> list[Measurement]:
         out += [Measurement("keyword_drop_mcnemar_p", r["model"], float(r["mcnemar_p"]),
                             note=f"drop {100 * r['drop']:+.1f} points, n = {int(r['n_pairs'])}")
                 for r in t.to_dict("records")]
+    out += humans_measured(kv, tables.get("human_agreement"))
     if mmlu is not None and len(mmlu):
         for quantity, arm in (("mmlu_full", "full"), ("mmlu_evicted", PRIMARY_ARM)):
             out += [_percent(quantity, r["model"], r, arm) for r in mmlu[mmlu["arm"] == arm].to_dict("records")]
+    return out
+
+
+def humans_measured(kv, table: pd.DataFrame | None) -> list[Measurement]:
+    """Per annotator, over the monitor-vs-reference disagreements: the share of their refusal readings that match the
+    reference (the seed's 94.6 %) and the refusals the monitor missed (the seed's 51 of 56); degenerate labels have
+    no refusal reading and are left out (their count is in ``human_labels``)."""
+    if table is None or table.empty or "rows" not in table:
+        return []
+    c = kv.confirmatory
+    mine = table[table["rows"] == f"{c.reference} vs {c.monitor} disagreements"]
+    out = []
+    for r in mine[mine["versus"] == c.reference].to_dict("records"):
+        out.append(Measurement("human_follow_classifier", f"{r['rater']} (all models)", 100 * float(r["agreement"]),
+                               note=f"{r['rater']} against {c.reference}, n = {int(r['n'])}"))
+    for r in mine[mine["versus"] == c.monitor].to_dict("records"):
+        out.append(Measurement("human_missed_refusals", f"{r['rater']} (all models)", float(r["missed_refusals"]),
+                               note=f"of {int(r['n'])} disagreements with a refusal reading"))
     return out

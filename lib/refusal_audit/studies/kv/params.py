@@ -64,6 +64,9 @@ class Params:
     system_prompt_ablation: bool = True
     max_new_tokens: int = 64
     mmlu_filler_tokens: int = 2048
+    # the blind sheet holds every monitor-vs-reference disagreement up to this many (sampled under the seed beyond
+    # it; the paper's annotator labelled its 56), and every blind spot of the pair
+    annotation_cap: int = 200
 
 
 def model_names(kv) -> list[str]:
@@ -96,6 +99,7 @@ def check(p, where: str) -> None:
          "must be another, disjoint one)", d.harmful_source)
     need(d.mmlu_per_subject >= 0, where, "kv.data.mmlu_per_subject", "an integer >= 0", d.mmlu_per_subject)
     need(0 < kv.keep_ratio <= 1, where, "kv.keep_ratio", "a number in (0, 1]", kv.keep_ratio)
+    need(kv.annotation_cap >= 1, where, "kv.annotation_cap", "an integer >= 1", kv.annotation_cap)
     need(kv.max_new_tokens >= 1, where, "kv.max_new_tokens", "an integer >= 1", kv.max_new_tokens)
     for key in ("filler_tokens", "mmlu_filler_tokens"):
         need(getattr(kv, key) >= 0, where, f"kv.{key}", "an integer >= 0", getattr(kv, key))
@@ -125,7 +129,8 @@ def check(p, where: str) -> None:
          "a number in (0, 1) (the largest refusal drop of the reference judge that still counts as holding)",
          c.reference_margin)
     sim = kv.simulation
-    for key in ("refusal_full", "turned", "misread"):
+    for key in ("refusal_full", "turned", "misread", "degenerate", "degenerate_monitor_reading",
+                "degenerate_refusal_reading", "degenerate_harmful_reading", "degenerate_caught"):
         need(0 <= getattr(sim, key) <= 1, where, f"kv.simulation.{key}", "a number in [0, 1]", getattr(sim, key))
     need(sim.misread < 0.5 / 1.5, where, "kv.simulation.misread", "a number below 1/3 (the uneven judges misread "
          "1.5 times as often)", sim.misread)

@@ -111,9 +111,10 @@ def summary(p, stage: str, table) -> list:
         main = main_condition(p, table["refusal_rates"]).pivot(index=["model", "arm"], columns="judge", values="rate")
         cols = ["model", "family_member", "n_pairs", "monitor_drop", "reference_drop", "difference", "difference_lo",
                 "difference_hi", "p", "holm_p", "monitor_holm_p", "reference_holm_p", "hold_p", "claim_holm_p",
-                "claimed", "min_significant_difference", "min_significant_over"]
+                "claimed", "min_significant_difference", "min_significant_over", "claimed_as_read", "not_text_full",
+                "not_text_arm", "n_replies", "carrying", "carrying_not_text"]
         conf = table["confirmatory"]
-        shown = [main.round(3),
+        shown = [main.round(3), *degenerate_share(p, table["refusal_rates"]),
                  "The confirmatory test (DEFINITIONS.md): the monitor's refusal drop minus the reference judge's, "
                  "paired by prompt, sign-flip test, Holm over the declared family per model:",
                  conf[[c for c in cols if c in conf]].round(4),
@@ -122,7 +123,7 @@ def summary(p, stage: str, table) -> list:
                  table["null_controls"].round(4),
                  "The claim's family-wise false-positive rate and power over simulated runs, at this n and the paper "
                  "files' (DEFINITIONS.md):", table["calibration"].round(4),
-                 "What the test cannot see: evicted replies that changed while every judge read them alike:",
+                 "What the test cannot see: evicted replies that changed while the monitor and the reference read them alike:",
                  table.get("blind_spots", pd.DataFrame()),
                  "The share of the system span each arm keeps (main condition):",
                  table.get("span_retention", pd.DataFrame()).round(3),
@@ -135,6 +136,19 @@ def summary(p, stage: str, table) -> list:
     if stage == "figures":
         return [f"figures: {', '.join(table)}"]
     return []
+
+
+def degenerate_share(p, rates: pd.DataFrame) -> list:
+    """The share of replies the degeneracy judge calls degenerate or off-topic per model and arm of the main
+    condition (the monitor's rows: one per reply), or nothing when the run has no such count."""
+    if "not_text" not in rates or not len(rates):
+        return []
+    r = main_condition(p, rates)
+    r = r[r["judge"] == p.studies["kv"].confirmatory.monitor]
+    share = (r["not_text"] / (r["n"] + r["not_text"] + r["unparseable"])).rename("degenerate_share")
+    return ["Degenerate or off-topic replies (degeneracy judge), their own class: the share per model and arm of the "
+            "main condition, left out of every refusal rate and pair:",
+            r.assign(degenerate_share=share).pivot(index="model", columns="arm", values="degenerate_share").round(3)]
 
 
 # what each notebook says this study does at its stage (the notebooks list the enabled studies)

@@ -46,6 +46,8 @@ def _power_cell(at: pd.DataFrame | None, g: pd.DataFrame, positive: bool, family
 def _answer(g: pd.DataFrame, spots: pd.DataFrame | None) -> str:
     if g["claimed"].astype(bool).any():
         return "soft refusals"
+    if "claimed_as_read" in g and g["claimed_as_read"].astype(bool).any():
+        return "degenerate output, not soft refusals"  # claimed only while degenerate text counts as refusals
     if g["significant"].astype(bool).any():
         return "undetermined"  # a monitor difference the reference's own drop can explain (judge accuracy)
     if spots is not None and len(spots) and int(spots[spots["model"] == g["model"].iloc[0]]["flipped_together"].sum()):
@@ -149,4 +151,7 @@ def tables(p, tables: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]
     table = tables.get("human_agreement")
     if table is None or table.empty:
         return []
-    return [("kv: human labels on the judges' disagreements (stats/kv/human_agreement.csv)", table)]
+    shares = tables.get("human_labels")
+    return [("kv: human labels on the judges' disagreements (stats/kv/human_agreement.csv)", table)] + (
+        [("kv: the four human labels' shares per member and reason (stats/kv/human_labels.csv)", shares)]
+        if shares is not None and len(shares) else [])

@@ -182,32 +182,42 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     filler); the replies on which the keyword monitor and the learned judges disagree go to a blind
     sheet for human labels (the study folder's ``annotation/``)."""
     replies = generations[generations["role"] != "mmlu"].rename(columns={"query": "prompt"})
-    out = judges.judge_replies(judges.build(p, models.load), replies)
+    built = judges.build(p, models.load)
+    if analysis.DEGENERACY in registry.names(p, run_wide=False):  # is each reply text about the request at all
+        built.append(registry.make(analysis.DEGENERACY, p, models.load))
+    out = judges.judge_replies(built, replies)
     annotation_sheet(p, out, replies, folder / "annotation")
     return out
 
 
 def annotation_sheet(p, judgments: pd.DataFrame, replies: pd.DataFrame, folder: Path,
                      truncate: int | None = 600) -> Path | None:
-    """``sheet.csv`` (blind: no labels, no ids, no model), ``key.csv`` (sheet id -> generation id) and
-    ``counts.csv`` (disagreements per model and arm). The positive control's disagreements come first:
-    they are the replies whose labels decide whether the monitors disagree for the planted reason."""
+    """``sheet.csv`` (blind: no labels, no ids, no model), ``key.csv`` (sheet id -> generation id, and why the reply
+    is there) and ``counts.csv`` (rows per model, arm and reason). The rows: every reply on which the test's own
+    two judges, the monitor and the confirmatory reference the params name (whatever its kind), disagree about
+    refusal (as read; sampled under the seed down to ``kv.annotation_cap`` when there are more, as the paper
+    labels its disagreements), then the test's blind spots: evicted replies that changed while both judges' labels
+    held, or flipped together, whatever the other judges say. The positive control's rows come first."""
 
-    monitor, judged = p.studies[NAME].confirmatory.monitor, set(judgments["judge"])
-    others = [s.name for s in registry.configured(p) if s.needs == registry.LEARNED and s.name in judged]
-    if not others or monitor not in judged:
+    kv = p.studies[NAME]
+    c, judged = kv.confirmatory, set(judgments["judge"])
+    if c.monitor not in judged or c.reference not in judged:
         return None
-    sheet, key = human.disagreement_sheet(judgments, replies, monitor, others, p.seed, truncate,
-                                          refusing=analysis.REFUSING)
-    key = key.assign(reason="judges disagree")
-    # what no judge separates: replies that changed under eviction while every judge read them alike
-    changes = analysis.reply_changes(replies.rename(columns={"prompt": "query"}), judgments, p.studies[NAME].sink)
+    pair = analysis.judges_refusal_table(judgments).reindex(columns=[c.monitor, c.reference]).dropna()
+    disagree = pair.index[pair[c.monitor] != pair[c.reference]]
+    if len(disagree) > kv.annotation_cap:
+        disagree = pd.Index(sorted(disagree)).to_series().sample(kv.annotation_cap, random_state=p.seed).index
+    sheet, key = human.sheet_rows(replies, disagree, p.seed, truncate, p.run_name)
+    key = key.assign(reason="monitor and reference disagree")
+    # what the test's pair cannot separate: replies that changed under eviction while both read them alike
+    changes = analysis.reply_changes(replies.rename(columns={"prompt": "query"}), judgments, kv.sink,
+                                     (c.monitor, c.reference))
     alike = changes[(changes["labels_kept"] | changes["flipped_together"])
                     & ~changes["generation_id"].isin(key["generation_id"])]
     if len(alike):
-        extra, extra_key = human.sheet_rows(replies, alike["generation_id"], p.seed, truncate)
-        reason = dict(zip(alike["generation_id"], np.where(alike["labels_kept"], "changed, every label kept",
-                                                           "changed, every label flipped")))
+        extra, extra_key = human.sheet_rows(replies, alike["generation_id"], p.seed, truncate, p.run_name)
+        reason = dict(zip(alike["generation_id"], np.where(alike["labels_kept"], "changed, both labels kept",
+                                                           "changed, both labels flipped")))
         sheet = pd.concat([sheet, extra], ignore_index=True)
         key = pd.concat([key, extra_key.assign(reason=extra_key["generation_id"].map(reason))], ignore_index=True)
     meta = key.merge(replies[["generation_id", "model", "policy", "sink", "filler_tokens", "system_prompt"]],
@@ -232,7 +242,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     out = analysis.outcomes(generations, judgments, kv.sink)
     c = kv.confirmatory
     m = c.reference_margin
-    conf = analysis.monitor_difference(out, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed, s.alpha, m)
+    conf = analysis.confirmatory(out, c.monitor, c.reference, family(kv), s.n_bootstrap, p.seed, s.alpha, m)
     n = int(conf["n_pairs"].max()) if len(conf) else kv.data.n_harmful  # the run's prompts per member
     sim = kv.simulation
     moving = [analysis.monitor_difference(simulation.moving_null(sim, n, family(kv), c.monitor, c.reference, p.seed,
@@ -246,12 +256,14 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
-        "blind_spots": analysis.blind_spots(analysis.reply_changes(generations, judgments, kv.sink)),
+        "blind_spots": analysis.blind_spots(analysis.reply_changes(generations, judgments, kv.sink,
+                                                                   (c.monitor, c.reference))),
         "span_retention": analysis.span_retention(generations, kv.sink),
     }
     sheets = humans.filled_sheets(humans.folder(p))
     if sheets:  # only when a filled sheet has come back (the verdict says plainly when none has)
         tables["human_agreement"] = humans.agreement(p, judgments, generations, sheets)
+        tables["human_labels"] = humans.label_shares(p, generations, sheets)
     scored = analysis.mmlu_scores(generations, items, kv.sink)
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)

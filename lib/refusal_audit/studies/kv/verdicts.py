@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import stats
+from ...papers import read
 from . import classifier, simulation
 from .analysis import MOVING
+from .paper import humans_measured
 from .params import family
 
 
@@ -68,7 +70,25 @@ def confirmatory(p, conf: pd.DataFrame, family_size: int) -> list[str]:
             hits = g[g["significant"].astype(bool)]
             line += f". {len(hits)} of {len(g)} family members significant after Holm at alpha {alpha}"
         seen = _could_have_seen(g, alpha, family_size) if "min_significant_pairs" in g else ""
-        out.append(line + "." + (" " + seen if seen else ""))
+        out.append(line + "." + (" " + seen if seen else "") + _not_text(g))
+    return out
+
+
+def _not_text(g: pd.DataFrame) -> str:
+    """The degenerate and off-topic replies per member (the degeneracy judge), and the members whose claim needs
+    them counted as refusals: degenerate output under eviction, not soft refusals."""
+    if "not_text_arm" not in g or g["n_replies"].isna().all():
+        return ""
+    per = "; ".join(f"{r.family_member}: {int(r.not_text_arm)} of {int(r.n_replies)} evicted replies (full "
+                    f"{int(r.not_text_full)}), {int(r.carrying_not_text)} of the {int(r.carrying)} carrying the "
+                    "monitor difference" for r in g.itertuples())
+    out = f" Degenerate or off-topic replies (degeneracy judge; their own class, left out of the test): {per}."
+    fake = g[g["claimed_as_read"].astype(bool) & ~g["claimed"].astype(bool)]
+    if len(fake):
+        out += (f" {len(fake)} of {len(g)} members ({', '.join(fake['family_member'])}) would show soft refusals only "
+                "with degenerate or off-topic text counted as each judge reads it (claim Holm p as read "
+                + ", ".join(f"{r.claim_holm_p_as_read:.3g}" for r in fake.itertuples())
+                + "): degenerate output under eviction, not soft refusals.")
     return out
 
 
@@ -138,7 +158,7 @@ def calibration(p, cal: pd.DataFrame) -> list[str]:
 
 def blind_spots(p, spots: pd.DataFrame | None) -> list[str]:
     """Per model, what the monitor difference cannot see at the main condition's family members: replies that
-    changed under eviction while every judge's label stayed, or while every judge flipped together."""
+    changed under eviction while the monitor's and the reference's labels both stayed, or both flipped together."""
     if spots is None or spots.empty:
         return []
     kv = p.studies["kv"]
@@ -151,18 +171,22 @@ def blind_spots(p, spots: pd.DataFrame | None) -> list[str]:
         if not kept + flipped:
             continue
         per = "; ".join(f"{r.arm}@{int(r.filler_tokens)}: {int(r.changed)} of {int(r.n)} changed, "
-                        f"{int(r.labels_kept)} with every label kept, {int(r.flipped_together)} with every label "
+                        f"{int(r.labels_kept)} with both labels kept, {int(r.flipped_together)} with both "
                         "flipped" for r in g.itertuples())
+        c = p.studies["kv"].confirmatory
         out.append(f"kv, {model}: what the test cannot see: {kept + flipped} of {int(g['n'].sum())} evicted replies of "
-                   f"the family changed while every judge read them alike ({kept} with every judge's label kept, "
-                   f"{flipped} with every judge's label flipped together; {per}). A change every judge reads alike "
-                   "leaves the monitor difference at 0 whatever it is (a shift to a style both judges miss is "
-                   "invisible); these replies are on the blind sheet for human labels.")
+                   f"the family changed while the test's two judges ({c.monitor}, {c.reference}) read them alike "
+                   f"({kept} with both labels kept, {flipped} with both flipped together, whatever the other judges "
+                   f"say; {per}). A change both judges read alike leaves the monitor difference at 0 whatever it is "
+                   "(a shift to a style both miss, degenerate text both call non-refusal, is invisible to it); these "
+                   "replies are on the blind sheet for human labels.")
     return out
 
 
-def human(table: pd.DataFrame | None) -> list[str]:
-    """Human labels on the disagreement items, or a plain statement that there are none."""
+def human(table: pd.DataFrame | None, shares: pd.DataFrame | None = None, p=None) -> list[str]:
+    """Human labels on the disagreement items, or a plain statement that there are none; with ``shares``
+    (``humans.label_shares``) and the run's params, the four labels' shares per member and the seed's figures
+    beside the run's own (``human_pair``)."""
     if table is None or table.empty:
         return ["kv human labels: none read back yet (fill `results/<run>/kv/annotation/sheet.csv` and run "
                 "`make kv-humans RUN=<run>`); no human-vs-judge agreement is reported."]
@@ -185,7 +209,34 @@ def human(table: pd.DataFrame | None) -> list[str]:
         raters = every.drop_duplicates("rater")
         parts += [f"{r.rater} labelled {int(r.rater_labelled)} rows, left {int(r.rater_blank)} blank"
                   for r in raters.itertuples()]
-    return ["kv human labels on the judges' disagreements (all models): " + "; ".join(parts) + "."]
+    return (["kv human labels on the judges' disagreements (all models): " + "; ".join(parts) + "."]
+            + (human_pair(p, table, shares) if p is not None and shares is not None else []))
+
+
+def human_pair(p, table: pd.DataFrame, shares: pd.DataFrame) -> list[str]:
+    """The test's own pair: per annotator, over the monitor-vs-reference disagreements, how often the human's refusal
+    reading follows the reference and the refusals the monitor missed, beside the seed's 94.6 % and 51 of 56; then
+    the four labels' shares per member and reason."""
+
+    seed = read("kv").set_index("quantity")["value"] if len(read("kv")) else pd.Series(dtype=float)
+    follow, missed = seed.get("human_follow_classifier"), seed.get("human_missed_refusals")
+    c = p.studies["kv"].confirmatory
+    out = []
+    for m in humans_measured(p.studies["kv"], table):
+        if m.quantity == "human_follow_classifier":
+            out.append(f"kv human labels on the {c.monitor} vs {c.reference} disagreements: {m.system} follows "
+                       f"{c.reference} on {m.value:.1f}% ({m.note}; the seed: {follow:g}% of 56)")
+        else:
+            out.append(f"kv human labels on the {c.monitor} vs {c.reference} disagreements: {m.system} reads "
+                       f"{int(m.value)} refusals (hard or soft) that {c.monitor} missed ({m.note}; the seed: "
+                       f"{missed:g} of 56)")
+    if len(shares):
+        per = "; ".join(f"{r.rater}, {r.model}, {r.family_member} ({r.reason}, n = {int(r.n)}): refusal "
+                        f"{r.share_refusal:.0%}, soft refusal {r.share_soft_refusal:.0%}, compliance "
+                        f"{r.share_compliance:.0%}, degenerate / off-topic {r.share_degenerate:.0%}"
+                        for r in shares.itertuples())
+        out.append(f"kv human labels, shares of the four labels per member: {per}.")
+    return [line if line.endswith(".") else line + "." for line in out]
 
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -199,7 +250,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
             + ([f"kv judge: {wrapper}."] if wrapper else []) + controls(p, conf, tables.get("null_controls"))
             + keyed_to(p, control_arms(p, tables.get("refusal_rates"), tables.get("span_retention")))
             + blind_spots(p, tables.get("blind_spots")) + calibration(p, tables.get("calibration"))
-            + human(tables.get("human_agreement")))
+            + human(tables.get("human_agreement"), tables.get("human_labels"), p))
 
 
 # --- what the positive control is keyed to, from the measured arms -----------------------------------------------
