@@ -202,7 +202,7 @@ def check_confirmatory(fr: Params, where: str) -> None:
              "frames.confirmatory.contrasts", f"'X-Y' with X and Y two different frames of {sorted(fr.frames)}", k)
     for o, k in c.primary.items():   # an outcome outside the family keeps its entry unused
         need(o in OUTCOMES, where, f"frames.confirmatory.primary.{o}", f"an outcome of {list(OUTCOMES)}", o)
-        need(o not in c.outcomes or k in c.contrasts, where, f"frames.confirmatory.primary.{o}",
+        need(o not in c.outcomes or not c.contrasts or k in c.contrasts, where, f"frames.confirmatory.primary.{o}",
              f"one of the declared contrasts {c.contrasts}", k)
     need(0 < c.share_margin < 1, where, "frames.confirmatory.share_margin", "a share in (0, 1)", c.share_margin)
     for m in fr.null_control:
