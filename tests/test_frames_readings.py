@@ -272,3 +272,46 @@ def test_make_check_lists_every_judge_with_its_model_size_and_validation(capsys)
     assert main(["check", "params/default.yaml"]) == 0
     out = capsys.readouterr().out
     assert "params/default.yaml: judge keyword (refusal): nothing; validation: XSTest human labels" in out
+
+
+# --- the masked equivalence audit ---------------------------------------------------------------------------
+def _fleiss_by_hand(counts):
+    n = counts.sum(1)[0]
+    p_j = counts.sum(0) / counts.sum()
+    p_i = ((counts ** 2).sum(1) - n) / (n * (n - 1))
+    return (p_i.mean() - (p_j ** 2).sum()) / (1 - (p_j ** 2).sum())
+
+
+def test_the_equivalence_sheet_is_blind_and_three_sheets_give_fleiss_kappa_and_the_strict_subset(tmp_path):
+    from refusal_audit.studies.frames import equivalence as E
+    items = pd.DataFrame({"item_id": [f"fr-x-{i}" for i in range(8)], "request_a": [f"ask {i} one way" for i in range(8)],
+                          "request_b": [f"ask {i} another way" for i in range(8)], "stratum": "benign"})
+    sheet, key = E.blind_sheet(items, seed=3)
+    assert list(sheet.columns) == E.SHEET_COLUMNS and not sheet.isin(list(items["item_id"])).any().any()
+    assert set(key["item_id"]) == set(items["item_id"]) and sheet["sheet_id"].is_unique
+    scores = {"ann1": [5, 5, 4, 3, 5, 4, 5, 2], "ann2": [5, 4, 4, 3, 5, 4, 5, 1], "ann3": [5, 5, 4, 2, 5, 3, 5, 2]}
+    paths = []
+    for name, s in scores.items():
+        sheet.assign(score=s).to_csv(tmp_path / f"{name}.csv", index=False)
+        paths.append(tmp_path / f"{name}.csv")
+    long = E.read_sheets(paths, key)
+    f = E.fleiss(long, 200, 0)
+    counts = np.array([[sum(scores[a][k] == v for a in scores) for v in range(1, 6)] for k in range(8)])
+    assert f["fleiss_kappa"] == pytest.approx(_fleiss_by_hand(counts)) and f["kappa_lo"] <= f["fleiss_kappa"] <= f["kappa_hi"]
+    strict = set(key.set_index("sheet_id").loc[sheet["sheet_id"][[0, 4, 6]], "item_id"])
+    assert f["n_strict"] == 3 and set(f["strict_items"]) == strict
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s.assign(score=["6"] + list(s["score"][1:])), r"bad.csv: row 2 \(eq-0001\): score '6'; expected an integer 1-5"),
+    (lambda s: s.iloc[1:], r"bad.csv: 1 row\(s\) missing, the first 'eq-0001'"),
+    (lambda s: pd.concat([s, s.iloc[[0]]]), r"bad.csv: row 6: sheet_id 'eq-0001' appears twice"),
+    (lambda s: s.assign(sheet_id=["eq-9999"] + list(s["sheet_id"][1:])), r"bad.csv: row 2: sheet_id 'eq-9999' is not"),
+])
+def test_a_bad_equivalence_sheet_stops_with_the_file_and_the_row(tmp_path, change, message):
+    from refusal_audit.studies.frames import equivalence as E
+    items = pd.DataFrame({"item_id": [f"i{i}" for i in range(4)], "request_a": list("abcd"), "request_b": list("efgh")})
+    sheet, key = E.blind_sheet(items, seed=0)
+    change(sheet.assign(score=["5", "4", "5", "3"])).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(config.ParamsError, match=message):
+        E.read_sheets([tmp_path / "bad.csv"], key)
