@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: figures kv-humans all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-soft judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: figures kv-humans frames-equivalence all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-soft judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -89,6 +89,11 @@ SHEETS ?=
 RUN ?=
 kv-humans: $(VENV)/.installed
 	$(PY) -m refusal_audit kv-humans --sheets "$(SHEETS)" --run "$(RUN)" --params $(PARAMS)
+
+# make frames-equivalence [SHEETS=a.csv,b.csv,c.csv] [RUN=name]: the masked equivalence sheet, or the filled copies
+# read back into Fleiss' kappa and the strict (= 5) subset (lib/refusal_audit/studies/frames/equivalence.py)
+frames-equivalence: $(VENV)/.installed
+	$(PY) -m refusal_audit frames-equivalence --sheets "$(SHEETS)" --run "$(RUN)" --params $(PARAMS)
 
 # make judge REPLIES=file.csv RUN=name -> results/<RUN>/user/judgments.parquet, judge_agreement.csv
 judge: $(VENV)/.installed

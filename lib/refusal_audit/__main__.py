@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from . import config, families, models, papers, pipeline, plan, published, studies
+from . import config, families, judges, models, papers, pipeline, plan, published, studies
 from .contamination import audit_files
 from .errors import ParamsError
 from .paths import run_dir
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
             families.check_params(p, pool)  # each model's architecture and chat template, where it is local
+            for line in judges.registry.describe(p, lambda m: f"{plan.size(p.models[m]).params_b:g}B"):
+                print(f"{args.params}: {line}")   # every judge the run uses: model, size, validation status
             for note in dict.fromkeys(pool.notes):
                 print(f"{args.params}: note: {note}")
             print(f"{args.params}: ok" + (" (on a machine with what the notes name)" if pool.notes else ""))

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..contract import Rendering, Reporting, Study
-from . import paper
+from ..contract import Command, Rendering, Reporting, Study
+from . import equivalence, paper
 from .params import NAME, STRATA, Params, as_null, check, null_seeds
 from .plan import plan
 from .report import NOTEBOOK_NOTES, audited_pools, figures, reporting, summary, training_pool
@@ -78,6 +78,13 @@ class Frames(Study):
     reporting = staticmethod(lambda p: Reporting(**reporting(p)))
     summary = staticmethod(summary)
     plan = staticmethod(plan)
+    commands = {"frames-equivalence": Command(
+        "the masked equivalence audit: without --sheets the blind sheet; with three filled copies Fleiss' kappa and "
+        "the strict (= 5) subset re-analysed",
+        ((("--sheets",), {"default": "", "help": "comma-separated filled copies of the sheet"}),
+         (("--run",), {"default": "", "help": "the run's name (default: the params file's run_name)"}),
+         (("--params",), {"default": "params/default.yaml"})),
+        equivalence.command)}
 
     def renders(self, p):
         s = p.studies[NAME]

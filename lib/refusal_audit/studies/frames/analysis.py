@@ -22,7 +22,10 @@ from ...encoder import embed
 from ...paths import DATA_DIR, ROOT
 from .confirmatory import confirmatory
 from .familiarity import familiar_share, lexical_overlap
+from .judging import table as judge_dependence
 from .params import HARMFUL_STRATA, NAME, NULL, pairs_of
+from .readings import table as item_readings
+from .secondary import fidelity, semantic_divergence
 
 MAIN_JUDGE = "outcome"
 
@@ -221,8 +224,17 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
     rates = stats.rate_table(d.dropna(subset=["y"]).assign(y=lambda x: x["y"].astype(bool)),
                              ["judge", "outcome", "model", "frame"], "y", s.alpha)
     kinds = judgments.drop_duplicates("judge").set_index("judge")["kind"].to_dict()
+    conf = confirmatory(p, d, kinds)
     return {
-        **confirmatory(p, d, kinds),
+        **conf,
+        # the item-level readings of each declared primary contrast (readings.py; DEFINITIONS.md)
+        "item_readings": item_readings(p, d, conf["confirmatory"], kinds),
+        # each declared primary contrast under every other judge of its outcome (judging.py)
+        "judge_dependence": judge_dependence(p, d, conf["confirmatory"], kinds),
+        # the secondary outcomes, each apart (secondary.py): the null control's greedy replies are one prompt under
+        # every label (identical), so it has no semantic divergence to measure
+        "semantic_divergence": semantic_divergence(generations[~generations["model"].str.endswith(NULL)], frames, s.alpha),
+        "fidelity": fidelity(items, generations),
         "rates": rates,
         "contrasts": con_all,
         "item_contrasts": item_deltas,

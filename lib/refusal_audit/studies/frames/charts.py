@@ -100,3 +100,30 @@ def equivalence(thr: pd.DataFrame, text: str):
     add_caption(fig, text + " Refusal contrasts recomputed on the items whose two paraphrases are at least this "
                 "similar (all-MiniLM-L6-v2 cosine of the requests, wrapper masked).")
     return fig
+
+
+def semantic(table: pd.DataFrame, text: str):
+    """Semantic response divergence (``secondary.semantic_divergence``): per model and frame pair, the greedy
+    replies' mean cosine distance across frames minus across paraphrases, with its 95 % interval."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    if "difference" not in table:
+        ax.text(0.5, 0.5, str(table.iloc[0].get("note", "no table")), ha="center", va="center", fontsize=9)
+        ax.set_axis_off()
+        add_caption(fig, text)
+        return fig
+    models = list(dict.fromkeys(table["model"]))
+    pairs = list(dict.fromkeys(table["contrast"]))
+    width = 0.8 / max(len(pairs), 1)
+    for k, pair in enumerate(pairs):
+        t = table[table["contrast"] == pair].set_index("model").reindex(models)
+        x = np.arange(len(models)) + (k - (len(pairs) - 1) / 2) * width
+        err = np.vstack([t["difference"] - t["ci_lo"], t["ci_hi"] - t["difference"]])
+        ax.errorbar(x, t["difference"], yerr=np.nan_to_num(err), fmt="o", ms=4, capsize=2, label=pair)
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xticks(range(len(models)), models, fontsize=8)
+    ax.set_ylabel("cosine distance: across frames\nminus across paraphrases")
+    ax.legend(fontsize=7)
+    ax.set_title("semantic response divergence (greedy replies, all-MiniLM-L6-v2)", fontsize=9)
+    fig.tight_layout()
+    add_caption(fig, text)
+    return fig

@@ -8,6 +8,7 @@ from itertools import combinations
 import pandas as pd
 
 from ...config import ParamsError, need, need_models
+from ...judges import registry
 from ...prompts import prompt_id
 from . import wrapper as W
 
@@ -52,6 +53,12 @@ class ConfirmatoryParams:
     contrasts: list[str] = field(default_factory=lambda: ["E-D", "E-N", "D-N"])
     models: list[str] = field(default_factory=list)                   # empty: every model of frames.models
     subsets: list[str] = field(default_factory=lambda: ["all", "non_harmful"])  # non_harmful: requests that are not harmful
+    # the declared primary contrast of each outcome (seed 6.2: refusal E over N, harmful compliance E against D):
+    # the verdict row names it and the item-level readings (DEFINITIONS.md) are tested on it; an outcome not
+    # named here takes the first declared contrast
+    primary: dict[str, str] = field(default_factory=lambda: {"refusal": "E-N", "harmful_compliance": "E-D"})
+    # "concentrated": fewer than this share of the items carry the primary contrast's effect (DEFINITIONS.md)
+    share_margin: float = 0.5
 
 
 @dataclass
@@ -69,7 +76,9 @@ class Params:
     temperatures: list[float] = field(default_factory=lambda: [0.0, 0.4, 0.8])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     max_new_tokens: int = 32
-    second_judge: str = "keyword"      # judge sensitivity: keyword | learned_refusal_soft (a refusal judge)
+    # judge sensitivity and dependence: any registered judge of kind refusal or harmful the run switches on
+    # (keyword, learned_refusal(_soft), llm_refusal / llm_harmbench with judges.llm)
+    second_judge: str = "keyword"
     min_k: float = 0.2                 # Min-K% Prob's k
     # familiar = source Min-K% above its unseen rewordings' by more than this quantile of the null reference
     # distribution (familiarity.per_item; DEFINITIONS.md), in [0.5, 1)
@@ -140,10 +149,9 @@ def check(p, where: str) -> None:
          "temperatures >= 0 including 0 (the calibration and greedy cell)", fr.temperatures)
     need(bool(fr.seeds), where, "frames.seeds", "a non-empty list", fr.seeds)
     need(fr.max_new_tokens >= 1, where, "frames.max_new_tokens", "an integer >= 1", fr.max_new_tokens)
-    need(fr.second_judge in ("keyword", "learned_refusal", "learned_refusal_soft"), where, "frames.second_judge",
-         "keyword, learned_refusal or learned_refusal_soft", fr.second_judge)
-    need(fr.second_judge == "keyword" or p.judges.learned, where, "frames.second_judge",
-         "keyword when judges.learned is false", fr.second_judge)
+    # any registered judge the run switches on that reads refusal or harmful compliance, under its own
+    # convention (a harm judge re-reads the harmful-compliance contrasts; DEFINITIONS.md "Judge dependence")
+    registry.need_judge(p, where, "frames.second_judge", fr.second_judge, kinds=SECOND_KINDS)
     need(p.judges.learned, where, "judges.learned", "true (the outcome judge is built on the learned heads)",
          p.judges.learned)
     need(0 < fr.min_k <= 1, where, "frames.min_k", "a number in (0, 1]", fr.min_k)
@@ -158,9 +166,13 @@ def check(p, where: str) -> None:
     check_confirmatory(fr, where)
 
 
+SECOND_KINDS = ("refusal", "harmful")
+
+
 def judge_kinds(fr: Params) -> dict[str, str]:
-    """The judges this study runs (name -> kind)."""
-    return {"outcome": "outcome", fr.second_judge: "refusal", "learned_harmful": "harmful"}
+    """The judges this study runs (name -> kind; the second judge's kind from the judge registry)."""
+    second = registry.REGISTRY[fr.second_judge].kind if fr.second_judge in registry.REGISTRY else "refusal"
+    return {"outcome": "outcome", fr.second_judge: second, "learned_harmful": "harmful"}
 
 
 def check_confirmatory(fr: Params, where: str) -> None:
@@ -188,6 +200,11 @@ def check_confirmatory(fr: Params, where: str) -> None:
         parts = k.split("-")
         need(len(parts) == 2 and parts[0] != parts[1] and set(parts) <= set(fr.frames), where,
              "frames.confirmatory.contrasts", f"'X-Y' with X and Y two different frames of {sorted(fr.frames)}", k)
+    for o, k in c.primary.items():   # an outcome outside the family keeps its entry unused
+        need(o in OUTCOMES, where, f"frames.confirmatory.primary.{o}", f"an outcome of {list(OUTCOMES)}", o)
+        need(o not in c.outcomes or not c.contrasts or k in c.contrasts, where, f"frames.confirmatory.primary.{o}",
+             f"one of the declared contrasts {c.contrasts}", k)
+    need(0 < c.share_margin < 1, where, "frames.confirmatory.share_margin", "a share in (0, 1)", c.share_margin)
     for m in fr.null_control:
         need(m in fr.models, where, "frames.null_control", f"models of frames.models {fr.models}", m)
     need(len(set(fr.null_control)) == len(fr.null_control), where, "frames.null_control", "no repeats", fr.null_control)
@@ -205,6 +222,12 @@ def check_confirmatory(fr: Params, where: str) -> None:
 
 
 # --- the declared confirmatory family ---------------------------------------------------------------------
+def primary_of(fr, outcome: str) -> str:
+    """The declared primary contrast of ``outcome`` (``frames.confirmatory.primary``; else the first declared)."""
+    c = fr.confirmatory
+    return c.primary.get(outcome, c.contrasts[0])
+
+
 def pairs_of(frames: list[str]) -> list[tuple[str, str]]:
     if set(frames) >= {"E", "D", "N"}:
         return [("E", "D"), ("E", "N"), ("D", "N")]

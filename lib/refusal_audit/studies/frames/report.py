@@ -29,6 +29,8 @@ def figures(p, tables: dict[str, pd.DataFrame], folders: list[Path]) -> list[str
     drawn = {"frames_verdict": F.verdict(tables["confirmatory"], p.stats.alpha, caption(p)),
              "frames_contrasts": F.contrasts(tables["contrasts"], tables["noise_band"], fr.models, caption(p)),
              "frames_equivalence": F.equivalence(tables["equivalence_thresholds"], caption(p))}
+    if "semantic_divergence" in tables:   # a secondary outcome (secondary.py)
+        drawn["frames_semantic"] = F.semantic(tables["semantic_divergence"], caption(p))
     for name, fig in drawn.items():
         save(fig, name, folders)
     return list(drawn)

@@ -7,7 +7,9 @@ import pandas as pd
 
 from ...verdict import NULL as NULL_ROLE
 from ...verdict import POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_computed
-from .params import NAME, NULL
+from .params import NAME, NULL, primary_of
+from .readings import calibration_words, read_calibration
+from .readings import reading as reading_of
 from .shapes import read
 from .verdicts import control_model, estimate_cell, flags, fpr_cell, power_cell
 
@@ -19,13 +21,21 @@ def _number(r: pd.Series, key: str) -> float | None:
 
 
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
-    """One row per model x declared (outcome, subset): answer "divergence" when any of its declared frame-pair
-    contrasts is significant after Holm (the seed's divergence test; DEFINITIONS.md), estimate = the contrast
-    with the smallest Holm p, with the mean-square noise comparison beside it; the positive control's planted
-    cell (refusal, non-harmful requests) is its own role; one row per null control (its own Holm family)."""
+    """One row per model x declared (outcome, subset), headed by its DECLARED primary contrast
+    (``frames.confirmatory.primary``): the answer is its item-level reading (``readings.reading``: divergence,
+    qualified by both directions / concentrated / decode-dependent, or one of those without a direction, or
+    beyond paraphrase noise though not significant, or no divergence); a declared contrast other than the
+    primary that is significant after Holm is named in the answer; the estimate is the primary's, with the
+    mean-square noise comparison and the readings' numbers beside it; the positive control's planted cell
+    (refusal, non-harmful requests) is its own role; one row per null control (its own Holm family)."""
     conf, alpha = tables["confirmatory"], p.stats.alpha
     declared = p.studies[NAME].confirmatory
-    shapes = read()
+    shapes, calibration = read(), read_calibration()
+    fr = p.studies[NAME]
+    item = tables.get("item_readings")
+    item = item.set_index(["model", "outcome", "subset"]) if item is not None and len(item) else None
+    dep = tables.get("judge_dependence")
+    dep = dep[dep["status"] == "ok"] if dep is not None and "status" in dep else None
     pair = conf["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")
     fam = conf[conf["family"].str.startswith("confirmatory") & pair]
     null = conf[conf["family"].str.startswith("null control") & pair]
@@ -55,13 +65,44 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             why = not_computed(f"no declared test of this group could be fitted ({g['status'].iloc[0]})")
             out.append(Verdict(**row, answer="not tested", estimate=why, fpr=why, power=why, n=0))
             continue
-        best = ok.sort_values("p_holm").iloc[0]
+        first = ok["outcome"].iloc[0] if is_null else outcome
+        named = ok[(ok["contrast"] == primary_of(fr, first)) & (ok["outcome"] == first)
+                   & (ok["subset"] == (declared.subsets[0] if is_null else subset))]
+        best = named.iloc[0] if len(named) else ok.sort_values("p_holm").iloc[0]
         found = bool((ok["p_holm"] < alpha).any())
+        others = sorted(set(ok.loc[(ok["p_holm"] < alpha), "contrast"]) - {best["contrast"]})
+        key = (model, outcome, subset)
+        r = item.loc[key] if item is not None and not is_null and key in item.index else None
+        if is_null or r is None:
+            answer = "divergence" if found else "no divergence"
+        else:
+            answer = reading_of(r, alpha)
+            if others and not best["p_holm"] < alpha:
+                answer = f"divergence on {', '.join(others)} (not the declared primary {best['contrast']}); " + answer
         simulated = bool(ok["fpr_primary"].notna().any())
+        readings_cell = ""
+        if r is not None and r.get("readings_status") == "ok":
+            readings_cell = (f"; items up {int(r['n_up'])} / down {int(r['n_down'])} of {int(r['n_items'])}, both "
+                             f"directions Holm p {r['both_p_holm']:.3g}")
+            if pd.notna(r.get("decode_p_holm")):
+                readings_cell += f", greedy vs sampled Holm p {r['decode_p_holm']:.3g}"
+            if "concentrated" in answer:
+                readings_cell += (f"; carried by {r['n_eff']:.1f} [{r['n_eff_lo']:.1f}, {r['n_eff_hi']:.1f}] "
+                                  f"items' worth")
+        found = bool(best["p_holm"] < alpha)   # power and MDE belong to the named contrast
+        if dep is not None and not is_null:
+            for j in dep[(dep["model"] == model) & (dep["outcome"] == outcome) & (dep["subset"] == subset)].itertuples():
+                if j.judge_dependent:
+                    answer += f" (judge-dependent: {j.other_judge})"
+                readings_cell += (f"; under {j.other_judge}: Delta {100 * j.other_delta:+.1f} vs {100 * j.delta:+.1f} "
+                                  f"points, paired difference Holm p {j.difference_p_holm:.3g}, kappa {j.kappa:.2f} "
+                                  f"[{j.kappa_lo:.2f}, {j.kappa_hi:.2f}]")
         out.append(Verdict(
-            **row, answer="divergence" if found else "no divergence",
-            estimate=estimate_cell(best) + f" ({len(ok)} of {len(g)} declared contrasts fitted)",
+            **row, answer=answer,
+            estimate=f"declared primary {estimate_cell(best)} ({len(ok)} of {len(g)} declared contrasts fitted"
+            + (f"; also significant after Holm: {', '.join(others)}" if others else "") + ")" + readings_cell,
             fpr=fpr_cell(ok.assign(family_size=int(len(fam) if not is_null else len(null))), shapes)
+            + ("" if is_null else f"; {calibration_words(calibration, int(best['n_items']))}")
             if simulated else NO_SIMULATION,
             power=power_cell(best, shapes, found) if pd.notna(best.get("power_primary_118")) else NO_SIMULATION,
             effect=_number(best, "estimate"), ci_low=_number(best, "ci_lo"), ci_high=_number(best, "ci_hi"),

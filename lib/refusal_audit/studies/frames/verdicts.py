@@ -3,20 +3,24 @@ the rows (an uninformative familiarity stratum, harm judges that disagree), and 
 power cells the verdict rows share."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from scipy import stats as st
 
 from ...paths import ROOT
 from .confirmatory import verdicts as sentences
 from .control import ADAPTER
+from .judging import words as judge_words
 from .params import NAME, NULL
+from .readings import words as reading_words
 from .shapes import power_at, worst_size
 
 
 def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     """The study's answer in words (report.html opens with it): a count of the confirmatory family's
-    significant tests, then one sentence per significant or untestable test (``confirmatory.verdicts``) and one
-    line for the rest (notebook 05 says every test in words)."""
+    significant tests, one sentence per declared primary contrast with its item-level readings
+    (``readings.words``), then one sentence per significant, untestable or beyond-noise test
+    (``confirmatory.verdicts``) and one line for the rest (notebook 05 says every test in words)."""
 
     conf, alpha = tables["confirmatory"], p.stats.alpha
     fam = conf[conf["family"].str.startswith("confirmatory")]
@@ -37,12 +41,31 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     f"{fam['power_primary_118'].min():.2f} to {fam['power_primary_118'].max():.2f} "
                     f"(`mde_80_primary`, `power_primary_118` in stats/frames/confirmatory.csv).")
     head += [f"frames: {f}." for f in flags(p, tables).values() if f]
+    item = tables.get("item_readings")
+    if item is not None and len(item):   # each declared primary contrast's item-level readings (readings.py)
+        head += [reading_words(r, alpha) for _, r in item[item["family"] == "confirmatory"].iterrows()]
+    dep = tables.get("judge_dependence")
+    if dep is not None and "status" in dep:   # each declared primary contrast under the other judge (judging.py)
+        conf_rows = dep[dep["family"] == "confirmatory"] if "family" in dep else dep
+        n_dep = int(conf_rows["judge_dependent"].fillna(False).astype(bool).sum()) if "judge_dependent" in dep else 0
+        head.append(f"frames judge dependence: {n_dep} of {len(conf_rows)} declared primary contrasts judge-dependent "
+                    "(paired difference under two judges significant after Holm, or significant in opposite directions); "
+                    "the null control's rows follow them.")
+        head += [judge_words(r) for _, r in dep.iterrows()]
+    sem = tables.get("semantic_divergence")
+    if sem is not None and "difference" in sem:   # a secondary outcome, apart from the verdict (secondary.py)
+        head.append("frames secondary, semantic response divergence (greedy replies' cosine distance across frames "
+                    "minus across paraphrases, all-MiniLM-L6-v2; uncorrected, descriptive): " + "; ".join(
+                        f"{r.model} {r.contrast} {r.difference:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]"
+                        for r in sem.itertuples()) + " (stats/frames/semantic_divergence.csv, figure frames_semantic).")
     tested = pd.concat([fam, null])
-    said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok")]
+    # a test beyond paraphrase noise but not significant is said too: the frame moved items, in no one direction
+    beyond = tested["beyond_noise"].astype("boolean").fillna(False).astype(bool) if "beyond_noise" in tested else False
+    said = tested[(tested["p_holm"] < alpha) | (tested["status"] != "ok") | beyond]
     rest = len(tested) - len(said)
-    return head + sentences(said, alpha) + ([f"The other {rest} tests are not significant after Holm (each in words "
-                                             "in notebook 05, each a row of stats/frames/confirmatory.csv)."]
-                                            if rest else [])
+    return head + sentences(said, alpha) + ([f"The other {rest} tests are neither significant after Holm nor beyond "
+                                             "paraphrase noise (each in words in notebook 05, each a row of "
+                                             "stats/frames/confirmatory.csv)."] if rest else [])
 
 
 # --- flags: an uninformative familiarity stratum, judges that disagree ----------------------------------------
@@ -93,9 +116,10 @@ def estimate_cell(r) -> str:
 
 
 def fpr_cell(rows: pd.DataFrame, shapes) -> str:
-    n = int(rows["n_items"].max())
-    text = (f"{100 * rows['fpr_primary'].max():.1f} % (primary contrast: t-test stand-in for the GEE at frame effect 0, "
-            f"worst of 10 swing SDs, 300 draws, {n} items, Holm's strictest step)")
+    n, worst = int(rows["n_items"].max()), float(rows["fpr_primary"].max())
+    text = (f"{100 * worst:.1f} % +- {100 * np.sqrt(worst * (1 - worst) / 300):.1f} (Monte Carlo SE; primary contrast: "
+            f"t-test stand-in for the GEE at frame effect 0, the worst of 10 swing SDs of 300 draws each, {n} items, "
+            f"at Holm's strictest step alpha / {int(rows['family_size'].max())})")
     if shapes is not None:
         size, cells, reps = worst_size(shapes)
         text += f"; noise comparison {100 * size:.1f} % (worst of {cells} null boundary shapes, {reps} draws, benchmark)"

@@ -1,0 +1,98 @@
+"""Judge dependence of the frames study's declared primary contrasts: each declared (judge, outcome, subset,
+model) against the same outcome under every other judge of the run that emits it (refusal: the second judge;
+harmful compliance: the learned harm judge), on the replies both judges score. Both GEE estimates (from
+``confirmatory.csv``: the declared judge's row is Holm-corrected, the other judge's is exploratory and
+uncorrected), the paired per-item difference of the contrast (``judge_dependence`` module; Holm over the rows
+of this table) and the judges' Cohen's kappa with an item-cluster bootstrap interval. "judge-dependent" = the
+paired difference is significant after Holm, or the two judges' contrasts are significant in opposite
+directions (DEFINITIONS.md "Judge dependence")."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ... import divergence, stats
+from ...judge_dependence import kappa_interval
+from .confirmatory import _subset
+from .params import NAME, declared_family, primary_of
+
+
+def _item_contrasts(g: pd.DataFrame, pair) -> pd.Series:
+    c = stats.frame_contrasts(g, "item_id", "frame", "paraphrase", "y", [pair], by=["model"])
+    return c.set_index(["model", "item_id"])["delta"]
+
+
+def table(p, d: pd.DataFrame, confirmatory: pd.DataFrame, judges_in_run: dict[str, str]) -> pd.DataFrame:
+    """One row per declared (judge, outcome, subset, model), null-control rows included, and other judge of the
+    same outcome; Holm over the paired differences within the declared family and within the null control."""
+    fr, s = p.studies[NAME], p.stats
+    fam = pd.concat([declared_family(fr, judges_in_run).assign(family="confirmatory"),
+                     declared_family(fr, judges_in_run, null=True).assign(family="null control")])
+    fam = fam[fam["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")].drop_duplicates(["judge", "outcome", "subset", "model"])
+    data = d.dropna(subset=["y"])
+    rows = []
+    for (judge, outcome, subset), keys in fam.groupby(["judge", "outcome", "subset"], sort=True):
+        k = primary_of(fr, outcome)
+        pair = tuple(k.split("-"))
+        same = _subset(data[data["outcome"] == outcome], subset)
+        for other in sorted(set(same["judge"]) - {judge}):
+            wide = same[same["judge"].isin([judge, other])].pivot_table(
+                index=["generation_id", "model", "item_id", "frame", "paraphrase", "cluster"], columns="judge",
+                values="y").dropna().reset_index()
+            if not len(wide):
+                continue
+            for model, family in zip(keys["model"], keys["family"]):
+                w = wide[wide["model"] == model]
+                row = {"judge": judge, "other_judge": other, "outcome": outcome, "subset": subset, "model": model,
+                       "primary": k, "family": family, "n_replies": len(w)}
+                if w["item_id"].nunique() < 3 or w[judge].nunique() < 2 and w[other].nunique() < 2:
+                    rows.append({**row, "status": "not tested: fewer than 3 items or both judges constant"})
+                    continue
+                a = _item_contrasts(w.rename(columns={judge: "y"}), pair)
+                b = _item_contrasts(w.rename(columns={other: "y"}), pair)
+                both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna().reset_index()
+                both = both.merge(w.drop_duplicates("item_id")[["item_id", "cluster"]], on="item_id")
+                diff = divergence.paired_difference(both["a"], both["b"], both["cluster"].to_numpy(), s.alpha)
+                kap = kappa_interval(w[judge].astype(bool), w[other].astype(bool), w["cluster"], s.n_bootstrap, p.seed,
+                                     s.alpha)
+                rows.append({**row, "n_items": len(both), "delta": float(both["a"].mean()),
+                             "other_delta": float(both["b"].mean()), "difference": float(diff.difference),
+                             "difference_lo": float(diff.lo), "difference_hi": float(diff.hi),
+                             "difference_p": float(diff.p), "kappa": kap[0], "kappa_lo": kap[1], "kappa_hi": kap[2],
+                             "status": "ok"})
+    t = pd.DataFrame(rows)
+    if not len(t):
+        return pd.DataFrame([{"note": "no second judge of a declared outcome"}])
+    keys = ["judge", "outcome", "subset", "model"]
+    prim = confirmatory.rename(columns={"contrast": "primary"})
+    main = prim[[*keys, "primary", "estimate", "ci_lo", "ci_hi", "p_holm", "scale"]]
+    other = prim[[*keys, "primary", "estimate", "ci_lo", "ci_hi", "p"]].rename(
+        columns={"judge": "other_judge", "estimate": "other_estimate", "ci_lo": "other_ci_lo", "ci_hi": "other_ci_hi",
+                 "p": "other_p"})
+    t = t.merge(main, on=[*keys, "primary"], how="left").merge(other, on=["other_judge", "outcome", "subset", "model",
+                                                                          "primary"], how="left")
+    t["difference_p_holm"] = np.nan
+    for _, g in t.groupby("family"):   # the null control's rows are their own family
+        if "difference_p" in g:
+            t.loc[g.index, "difference_p_holm"] = stats.holm_family(g["difference_p"].to_numpy(dtype=float))
+    sig_a = t["p_holm"] < s.alpha
+    sig_b = t["other_p"] < s.alpha
+    opposite = sig_a & sig_b & (np.sign(t["estimate"]) != np.sign(t["other_estimate"]))
+    t["significant_under"] = np.select([sig_a & sig_b, sig_a, sig_b], ["both", "declared judge only", "other judge only"],
+                                       "neither")
+    t["judge_dependent"] = (t["difference_p_holm"] < s.alpha) | opposite
+    return t
+
+
+def words(r) -> str:
+    """One judge-dependence row in a sentence."""
+    head = (f"{r['model']}, {r['outcome']} ({r['subset']} items), primary {r['primary']} under {r['judge']} and "
+            f"{r['other_judge']}: ")
+    if r.get("status") != "ok":
+        return head + f"{r.get('status')}."
+    verdict = "JUDGE-DEPENDENT" if bool(r["judge_dependent"]) else "not judge-dependent"
+    return (head + f"{verdict}: Delta {100 * r['delta']:+.1f} vs {100 * r['other_delta']:+.1f} points (paired difference "
+            f"{100 * r['difference']:+.1f} [{100 * r['difference_lo']:+.1f}, {100 * r['difference_hi']:+.1f}], Holm p "
+            f"{r['difference_p_holm']:.3g}); GEE {r['estimate']:+.2f} (Holm p {r['p_holm']:.3g}) vs "
+            f"{r['other_estimate']:+.2f} (p {r['other_p']:.3g}, uncorrected); significant under {r['significant_under']}; "
+            f"kappa {r['kappa']:.2f} [{r['kappa_lo']:.2f}, {r['kappa_hi']:.2f}] on {int(r['n_replies'])} replies.")
