@@ -3,15 +3,29 @@
 the numbers behind each cell beside it."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from ... import papers
 from ...verdict import NULL as NULL_ROLE
-from ...verdict import POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_computed
+from ...verdict import POSITIVE, PRIMARY, Bound, Controls, ControlState, Verdict, held_to, not_computed
 from .params import NAME, NULL
 from .shapes import read
 from .verdicts import control_model, estimate_cell, flags, fpr_cell, power_cell
 
 NO_SIMULATION = not_computed("no simulation row (no paraphrase contrast)")
+NO_DIVERGENCE = "no divergence"  # the null answer, held to what the run could see (verdict.held_to)
+# the seed's headline frame effect per outcome (data/published/frames.csv), in points
+SEED_EFFECT = {"refusal": "refusal_E-N", "harmful_compliance": "harmful_compliance_E-D"}
+
+
+def bounds(p, outcome: str) -> list[Bound]:
+    """What a null answer is held to: a frame contrast of a share can be at most 1, and the seed's headline
+    effect for the outcome (11.8 points of refusal E-N, 3.6 of harmful compliance E-D)."""
+    seed = papers.value(NAME, SEED_EFFECT[outcome]) if outcome in SEED_EFFECT else None
+    return [Bound(1.0, "the largest change a share allows"),
+            papers.seed_bound(p, None if seed is None else abs(seed) / 100, f"{SEED_EFFECT.get(outcome)}")]
 
 
 def _number(r: pd.Series, key: str) -> float | None:
@@ -58,8 +72,8 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         best = ok.sort_values("p_holm").iloc[0]
         found = bool((ok["p_holm"] < alpha).any())
         simulated = bool(ok["fpr_primary"].notna().any())
-        out.append(Verdict(
-            **row, answer="divergence" if found else "no divergence",
+        v = (Verdict(
+            **row, answer="divergence" if found else NO_DIVERGENCE,
             estimate=estimate_cell(best) + f" ({len(ok)} of {len(g)} declared contrasts fitted)",
             fpr=fpr_cell(ok.assign(family_size=int(len(fam) if not is_null else len(null))), shapes)
             if simulated else NO_SIMULATION,
@@ -68,4 +82,6 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             p=_number(best, "p_holm"), fpr_rate=float(ok["fpr_primary"].max()) if simulated else None,
             power_rate=_number(best, "power_primary_118") if found else None,
             mde=None if found else _number(best, "mde_80_primary"), n=int(best["n_items"])))
+        # no MDE: no frame effect up to the grid's largest (0.80) reached 80 % power
+        out.append(held_to(v, math.inf if v.mde is None else v.mde, bounds(p, outcome), (NO_DIVERGENCE,)))
     return out
