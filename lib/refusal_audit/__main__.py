@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             bad = papers.check()  # the papers' numbers the report prints beside the run's
             if bad:
                 raise ParamsError("published numbers: " + "; ".join(bad))
+            families.check_sources(p)  # before any model is loaded or a GGUF file converted
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
             families.check_params(p, pool)  # each model's architecture and chat template, where it is local
