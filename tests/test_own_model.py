@@ -70,3 +70,29 @@ def test_a_kept_default_control_for_a_model_the_run_does_not_study_stops():
     ok = config.from_dict({"run_name": "mine", "models": {"mine": {"source": "someone/mine-0.5B-Instruct"}},
                            "kv": {"models": ["mine"]}}, "mine.yaml")
     families.kept_controls(ok)
+
+
+def test_make_own_writes_the_default_without_its_controls_for_the_model(tmp_path):
+    """``make own``'s params file: every language-model study of the default with the user's model alone, no key
+    naming a control or a reference model, the seeds' effects held (``stats.seed_effect_bound``); it loads, and the
+    kept-control check passes on it."""
+    from refusal_audit import own
+
+    path = own.write("models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf", tmp_path / "own.yaml")
+    p = config.load(path)
+    name = "qwen2.5-coder-0.5b-instruct-q8_0"
+    assert list(p.models) == [name] and p.models[name].source == "models/Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf"
+    default = config.load(PARAMS_DIR / "default.yaml")
+    llm_studies = [s for s in default.studies if hasattr(default.studies[s], "models")]
+    assert set(p.studies) == set(llm_studies) and p.stats.seed_effect_bound
+    for study in p.studies:
+        section = p.studies[study]
+        assert list(section.models) == [name], study
+        for key in families.CONTROL_KEYS:
+            assert getattr(section, key, None) in (None, "", [], {}), (study, key)
+    families.kept_controls(p)
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    assert not any(key in section for section in raw.values() if isinstance(section, dict)
+                   for key in families.CONTROL_KEYS)
