@@ -96,3 +96,43 @@ def test_make_own_writes_the_default_without_its_controls_for_the_model(tmp_path
     raw = yaml.safe_load(path.read_text())
     assert not any(key in section for section in raw.values() if isinstance(section, dict)
                    for key in families.CONTROL_KEYS)
+
+
+def _wilson_lo(k, n, z=1.959963984540054):
+    p = k / n
+    return (p + z * z / (2 * n) - z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+
+
+@pytest.mark.parametrize("replies, answers, at_chance, one_letter", [
+    ("BBBBBBBBBA", "ABCDABCDAB", True, True),         # 1 of 10 right, B given 9 times in 10 (the 0.5B model)
+    ("ABCDABCDABCDABCDABCD", "ABCDABCDABCDABCDABCD", False, False),
+    ("ABCDABCDABCDABCDABCD", "ABCDABCDABDCBADCCDAB", False, False),  # 10 of 20: the interval starts above 0.25
+    ("AAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAABCD", False, True),   # right by one letter
+])
+def test_a_capability_check_at_chance_against_the_wilson_bound_by_hand(replies, answers, at_chance, one_letter):
+    from refusal_audit import stats
+
+    correct = [r == a for r, a in zip(replies, answers)]
+    c = stats.chance_check(list(replies), correct)
+    assert c.rate.lo == pytest.approx(_wilson_lo(sum(correct), len(correct)), abs=1e-9)
+    assert (c.at_chance, c.one_letter) == (at_chance, one_letter)
+    assert c.share == max(replies.count(x) for x in "ABCD") / len(replies)
+
+
+def test_kv_flags_a_capability_check_at_chance_in_its_verdict_rows():
+    import pandas as pd
+    from test_detectability import _params, _tables
+
+    from refusal_audit.studies.kv import analysis, rows
+
+    scored = pd.DataFrame({"model": "low", "arm": "full", "reply": list("BBBBBBBBBA"), "correct": [False] * 9 + [True]})
+    p = _params(seed_bound=False)
+    tables = _tables(p) | {"mmlu_chance": analysis.mmlu_chance(scored, 0.05)}
+    cells = {r.system: r.cells()["controls"] for r in rows.rows(p, tables)}
+    assert ("capability check at chance: low MMLU-math under full retention 1 of 10 right [0.02, 0.40], not shown "
+            "above chance (0.25); letter B answered 90%") in cells["low"]
+    assert all("capability check at chance: low" in c for c in cells.values())  # the controls cell is shared
+    clean = pd.DataFrame({"model": "seen", "arm": "full", "reply": list("ABCDABCDABCDABCDABCD") * 2,
+                          "correct": [True] * 40})
+    assert not any("capability check" in r.cells()["controls"]
+                   for r in rows.rows(p, _tables(p) | {"mmlu_chance": analysis.mmlu_chance(clean, 0.05)}))

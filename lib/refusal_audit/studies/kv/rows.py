@@ -114,7 +114,21 @@ def _numbers(r: pd.Series, g: pd.DataFrame, at: pd.DataFrame | None, positive: b
     return out
 
 
-def controls(p, conf: pd.DataFrame, nulls: pd.DataFrame | None) -> Controls:
+def chance_flags(chance: pd.DataFrame | None) -> tuple[str, ...]:
+    """A flag per model whose MMLU-math check is at chance or answered by one letter (``analysis.mmlu_chance``)."""
+    if chance is None or chance.empty:
+        return ()
+    out = []
+    for r in chance[chance["at_chance"].astype(bool) | chance["one_letter"].astype(bool)].itertuples():
+        why = [f"{int(r.correct)} of {int(r.n)} right [{r.accuracy_lo:.2f}, {r.accuracy_hi:.2f}], not shown above "
+               "chance (0.25)"] if r.at_chance else []
+        why += [f"letter {r.letter} answered {r.letter_share:.0%}"] if r.one_letter else []
+        out.append(f"capability check at chance: {r.model} MMLU-math under full retention {'; '.join(why)}; "
+                   "it cannot show that eviction keeps task accuracy")
+    return tuple(out)
+
+
+def controls(p, conf: pd.DataFrame, nulls: pd.DataFrame | None, chance: pd.DataFrame | None = None) -> Controls:
     """The controls' states, shared by every row: the planted control recovered, the null control and each
     simulated moving null not called; a flag when the reference judge's wrapper is unvalidated."""
     kv = p.studies["kv"]
@@ -131,7 +145,7 @@ def controls(p, conf: pd.DataFrame, nulls: pd.DataFrame | None) -> Controls:
     c = kv.confirmatory
     wrapper = classifier.status(p) if f"llm_{classifier.QUESTION}" in (c.monitor, c.reference) else None
     flags = (f"reference judge llm_{classifier.QUESTION} unvalidated",) if wrapper and "UNVALIDATED" in wrapper else ()
-    return Controls(tuple(states), flags)
+    return Controls(tuple(states), flags + chance_flags(chance))
 
 
 def rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
@@ -146,7 +160,7 @@ def rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                         not_computed("no calibration table"), "not computed")]
     n = int(conf["n_pairs"].max())
     fpr, _, at = _calibration_cells(p, cal, n)
-    state = controls(p, conf, nulls)
+    state = controls(p, conf, nulls, tables.get("mmlu_chance"))
     out = []
     for model, g in conf.groupby("model", sort=False):
         role = POSITIVE if model == kv.positive_control else NULL if model == kv.null_control else PRIMARY

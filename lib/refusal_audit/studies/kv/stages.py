@@ -256,6 +256,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     scored = analysis.mmlu_scores(generations, items, kv.sink)
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
+        tables["mmlu_chance"] = analysis.mmlu_chance(scored, s.alpha)
     return tables
 
 

@@ -198,6 +198,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     wrapper = classifier.status(p) if f"llm_{classifier.QUESTION}" in (c.monitor, c.reference) else None
     return (confirmatory(p, conf, len(family(p.studies["kv"])))
             + ([f"kv judge: {wrapper}."] if wrapper else []) + controls(p, conf, tables.get("null_controls"))
+            + [f"kv {flag}." for flag in rows.chance_flags(tables.get("mmlu_chance"))]
             + keyed_to(p, control_arms(p, tables.get("refusal_rates"), tables.get("span_retention")))
             + blind_spots(p, tables.get("blind_spots")) + calibration(p, tables.get("calibration"))
             + detectability(p, tables)
