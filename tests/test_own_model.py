@@ -104,7 +104,7 @@ def _wilson_lo(k, n, z=1.959963984540054):
 
 
 @pytest.mark.parametrize("replies, answers, at_chance, one_letter", [
-    ("BBBBBBBBBA", "ABCDABCDAB", True, True),         # 1 of 10 right, B given 9 times in 10 (the 0.5B model)
+    ("BBBBBBBBBA", "ABCDABCDAB", True, True),         # 1 of 10 right, B given 9 times in 10 (as a 0.5B model answered)
     ("ABCDABCDABCDABCDABCD", "ABCDABCDABCDABCDABCD", False, False),
     ("ABCDABCDABCDABCDABCD", "ABCDABCDABDCBADCCDAB", False, False),  # 10 of 20: the interval starts above 0.25
     ("AAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAABCD", False, True),   # right by one letter
