@@ -13,6 +13,7 @@ study) stops the check too.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from . import chat, model_shape, models, studies
@@ -78,8 +79,8 @@ def kept_controls(p) -> None:
     study's other models has: kept from the default params for a model this run does not study, it controls the
     pipeline for that model, not for this run's. Raises naming the file, the key and what to change."""
     for study in p.studies:
-        section = p.studies[study]
-        controls = {k: _named(getattr(section, k, None)) for k in CONTROL_KEYS}
+        declared = dataclasses.asdict(p.studies[study])  # the section's declared keys, as written in params
+        controls = {k: _named(declared.get(k)) for k in CONTROL_KEYS}
         named = {m for ms in controls.values() for m in ms}
         studied = {r.model for r in studies.get(study).renders(p)} - named
         sources = {p.models[m].source for m in studied if m in p.models}

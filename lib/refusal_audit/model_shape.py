@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from huggingface_hub import try_to_load_from_cache
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -98,8 +100,6 @@ def read(source: str) -> Shape | None:
         return from_gguf(Path(where.directory) / where.gguf_file)
     folder = Path(where.directory)
     if not (folder / "config.json").is_file():
-        from huggingface_hub import try_to_load_from_cache
-
         found = try_to_load_from_cache(source, "config.json")
         if not isinstance(found, str):
             return None
