@@ -24,6 +24,14 @@ GPU ?= h100
 plan: $(VENV)/.installed
 	$(PY) -m refusal_audit plan $(PARAMS) --gpu $(GPU)
 
+# make own MODEL=path/to/model.gguf [OWN=params/own.yaml]: a params file for your own model (a .gguf file, a folder
+# or a hub id), from the default without its controls, then check and plan it (docs/own_model.md)
+OWN ?= params/own.yaml
+own: $(VENV)/.installed
+	$(PY) -m refusal_audit own --model "$(MODEL)" --out "$(OWN)"
+	$(PY) -m refusal_audit check "$(OWN)"
+	$(PY) -m refusal_audit plan "$(OWN)" --gpu $(GPU)
+
 install: $(VENV)/.installed
 
 # torch is pinned to the CPU build and passed as a constraint to every install, so that no

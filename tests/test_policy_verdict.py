@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusal_audit import paths, stats
+from refusal_audit import config, paths, stats
 from refusal_audit.studies import policy as study
-from refusal_audit.studies.policy import analysis, design, following, lexicon, plan, simulation, stages
+from refusal_audit.studies.policy import analysis, design, following, lexicon, plan, simulation, stages, user_guard
 from refusal_audit.studies.policy import answers as guard_answers
 from refusal_audit.studies.policy.rows import verdict_rows
 from refusal_audit.verdict import Verdict
@@ -196,8 +196,14 @@ def test_a_bad_answers_file_stops_with_the_file_and_row(tmp_path, rows, frame, m
 
 def test_guard_items_are_the_clean_benchmark_rows_shuffled_and_unlabelled(pool_items, rows):
     g = guard_answers.guard_items(pool_items, seed=0)
-    assert list(g.columns) == ["id", "prompt"] and set(g["id"]) == set(rows["item_id"])  # blind: no benchmark
-    assert not g["id"].equals(rows["item_id"])  # shuffled: disputed rows are not grouped
+    key = guard_answers.guard_key(pool_items, seed=0).set_index("id")["item_id"]
+    assert list(g.columns) == ["id", "prompt"] and set(key[g["id"]]) == set(rows["item_id"])
+    # blind: an opaque id, no dataset or benchmark in it, and another under another seed
+    datasets = set(rows["item_id"].str.rsplit("-", n=1).str[0]) | set(rows["benchmark"])
+    assert g["id"].str.fullmatch(r"item-[0-9a-f]{12}").all() and len(datasets) > 3
+    assert not any(d.lower() in i.lower() for i in g["id"] for d in datasets)
+    assert not set(g["id"]) & set(guard_answers.guard_items(pool_items, seed=1)["id"])
+    assert not key[g["id"]].reset_index(drop=True).equals(rows["item_id"])  # shuffled: disputed rows are not grouped
     assert g.equals(guard_answers.guard_items(pool_items, seed=0))
 
 
@@ -501,7 +507,8 @@ def test_make_guard_verdict_on_guards_keyed_on_length_or_one_dispute(tmp_path, m
 
     folder = _finished_run(tmp_path, monkeypatch, pool_items, rows)
     blind = guard_answers.guard_items(pool_items, seed=0)
-    r = rows.set_index("item_id").loc[blind["id"]]
+    key = guard_answers.guard_key(pool_items, seed=0).set_index("id")["item_id"]
+    r = rows.set_index("item_id").loc[key[blind["id"]]]
     rng = np.random.default_rng(45)
     noisy = {c: np.where(r[c].astype(bool), rng.random(len(r)) < 0.92, rng.random(len(r)) < 0.05)
              for c in ("unsafe_a", "unsafe_b")}
@@ -529,6 +536,34 @@ def test_make_guard_verdict_on_guards_keyed_on_length_or_one_dispute(tmp_path, m
     assert cp["group"] == "requests" and cp["side"] == "A"
     out = capsys.readouterr().out
     assert "**length_150** follows **undetermined**" in out and "worst wrong-policy rate" in out
+
+
+def test_the_trust_line_is_for_the_items_the_guard_answered(tmp_path, monkeypatch, pool_items, rows, capsys):
+    """A guard that answered a third of the blind items (by their opaque ids): the trust line's calibration is
+    simulated on those items, its A-stricter and B-stricter counts theirs, not the full split's; the key kept
+    in the run's folder by make guard-items maps the ids back."""
+    from refusal_audit.__main__ import main
+
+    _finished_run(tmp_path, monkeypatch, pool_items, rows)
+    assert main(["guard-items", "--out", str(tmp_path / "items.csv")]) == 0
+    written = pd.read_csv(tmp_path / "items.csv")
+    kept = pd.read_csv(paths.run_dir(config.load(paths.PARAMS_DIR / "default.yaml").run_name) / "policy" /
+                       user_guard.KEY_FILE)
+    assert written["id"].str.fullmatch(r"item-[0-9a-f]{12}").all() and set(written["id"]) <= set(kept["id"])
+    blind = guard_answers.guard_items(pool_items, seed=0)
+    part = blind.iloc[::3]
+    key = guard_answers.guard_key(pool_items, seed=0).set_index("id")["item_id"]
+    r = rows.set_index("item_id").loc[key[part["id"]]]
+    pd.DataFrame({"guard": "partial", "id": part["id"], "verdict": np.where(r["unsafe_a"], "unsafe", "safe")}).to_csv(
+        tmp_path / "partial.csv", index=False)
+    assert main(["guard-verdict", "--verdicts", str(tmp_path / "partial.csv"), "--run", "mine"]) == 0
+    trust = [line for line in capsys.readouterr().out.splitlines() if "How far this verdict" in line][-1]
+    full = rows[~rows["unsafe_b"].astype(bool) & rows["unsafe_a"].astype(bool)], \
+        rows[rows["unsafe_b"].astype(bool) & ~rows["unsafe_a"].astype(bool)]
+    mine = r[~r["unsafe_b"].astype(bool) & r["unsafe_a"].astype(bool)], r[r["unsafe_b"].astype(bool) &
+                                                                          ~r["unsafe_a"].astype(bool)]
+    assert f"on these {len(mine[0])} A-stricter and {len(mine[1])} B-stricter items" in trust, trust
+    assert len(mine[0]) < len(full[0]) and "(20 simulated guards" in trust
 
 
 def test_make_guard_verdict_on_keyword_guards_names_no_policy(tmp_path, monkeypatch, pool_items, rows, capsys):

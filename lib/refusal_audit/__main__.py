@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from . import config, families, judges, models, papers, pipeline, plan, published, studies
+from . import config, families, judges, models, own, papers, pipeline, plan, published, studies
 from .contamination import audit_files
 from .errors import ParamsError
 from .paths import run_dir
@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--run", required=True)
     a.add_argument("--threshold", type=float, default=0.7, help="near-duplicate: character 3-gram Jaccard >= this")
     a.add_argument("--semantic", action="store_true", help="also MiniLM cosine >= 0.85 (slower)")
+    o = sub.add_parser("own", help="a params file for your own model (a .gguf file, a folder or a hub id), from the "
+                                   "default params without its controls (docs/own_model.md)")
+    o.add_argument("--model", required=True)
+    o.add_argument("--out", default="params/own.yaml")
     fg = sub.add_parser("figures", help="publish a finished run's figures into the repository's figures/ (with their "
                                         "provenance)")
     fg.add_argument("--run", default="default")
@@ -60,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             bad = papers.check()  # the papers' numbers the report prints beside the run's
             if bad:
                 raise ParamsError("published numbers: " + "; ".join(bad))
+            families.check_sources(p)  # before any model is loaded or a GGUF file converted
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
             families.check_params(p, pool)  # each model's architecture and chat template, where it is local
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             if given.get("run") and given.get("params"):  # what the user brought joins the run's verdict table
                 for line in pipeline.add_user_rows(owners[args.cmd], given["run"], given["params"]):
                     print(line)
+        elif args.cmd == "own":
+            print(f"wrote {own.write(args.model, args.out)}")
         elif args.cmd == "figures":
             print(f"wrote {published.publish(run_dir(args.run))}")
         elif args.cmd == "judge":

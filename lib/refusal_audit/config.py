@@ -60,6 +60,10 @@ class JudgeParams:
 class StatsParams:
     alpha: float = 0.05
     n_bootstrap: int = 2000
+    # a null answer whose smallest detectable effect exceeds the effect the study's seed reports reads "cannot
+    # tell" (verdict.held_to; the largest effect the run's own rates allow always applies). A run that checks the
+    # pipeline on planted controls at a dozen prompts (default.yaml, ci.yaml) holds its nulls to its rates only
+    seed_effect_bound: bool = True
 
 
 @dataclass

@@ -18,6 +18,7 @@ import pandas as pd
 
 from . import studies
 from .paths import DATA_DIR, PARAMS_DIR
+from .verdict import Bound
 
 FOLDER = DATA_DIR / "published"
 COLUMNS = ("quantity", "system", "value", "low", "high", "unit", "seed", "place")
@@ -88,6 +89,20 @@ def read(study: str, folder: Path | None = None) -> pd.DataFrame:
     for key in ("value", "low", "high"):
         table[key] = pd.to_numeric(table[key].replace("", None), errors="coerce")
     return table
+
+
+def value(study: str, quantity: str) -> float | None:
+    """One published value of the study's seed (None when the seed states none)."""
+    t = read(study)
+    v = t.loc[t["quantity"] == quantity, "value"]
+    return float(v.iloc[0]) if len(v) and pd.notna(v.iloc[0]) else None
+
+
+def seed_bound(p, effect: float | None, what: str) -> Bound:
+    """The seed's headline effect as a ``verdict.Bound`` for the study's null answers; no value when the run's
+    params hold its nulls to its own rates only (``stats.seed_effect_bound``) or the seed states none."""
+    on = p.stats.seed_effect_bound and effect is not None
+    return Bound(effect if on else None, f"the seed's headline effect, {what}")
 
 
 def is_paper_run(p) -> bool:

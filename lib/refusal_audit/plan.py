@@ -14,11 +14,13 @@ token. The cost model (``cost``) turns tokens into hours:
   parameter and token); a decode step reads the weights once for all ``batch`` rows plus each row's
   KV cache, at ``BANDWIDTH_EFFICIENCY`` of the memory bandwidth (or is compute-bound, if slower).
 
-Model sizes (parameters, layers, KV width) come from ``KNOWN`` (model ids of the shipped params),
-else from the id's name (``...-7B-...``), else a default; the source is printed with the table.
+Model sizes (parameters, layers, KV width, vocabulary) are read from the model itself where it is on this machine
+(``model_shape``: its GGUF metadata or its config.json, a stand-in's too), else from ``KNOWN`` (model ids of the
+shipped params), else from the id's name (``...-7B-...``), else a default; the source is printed with the table.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import papers, studies
+from . import model_shape, papers, studies
 from .config import ModelSpec
 
 CHARS_PER_TOKEN = 4
@@ -40,6 +42,11 @@ CPU_REFERENCE_B = 0.135        # SmolLM2-135M, fp32, two cores, 2k-token context
 CPU_PREFILL_TOK_S = 390.0
 CPU_DECODE_TOK_S = 14.0        # one row
 CPU_ROW_COST = 0.13            # a decode step of B rows costs 1 + 0.13 (B - 1) one-row steps (fits 1/4/16/64)
+# no decode step (nor a prompt's prefill) takes less than this per layer, whatever the parameter count: the engine's
+# per-layer dispatch, fitted on a 2-layer Qwen2.5 stand-in's first measured run (benchmarks/plan_measured.py: 32 steps
+# of 24 rows in 0.52 s, 8 ms a step per layer; the recorded run took 0.33 s: this shared machine moves that much); a
+# model of a few million parameters is timed by it, not by its size
+CPU_LAYER_STEP_S = 0.008
 MFU = 0.35                     # prefill (and compute-bound decode) share of the bf16 peak
 BANDWIDTH_EFFICIENCY = 0.6     # share of the memory bandwidth a decode step reaches
 GPU_MEMORY_USABLE = 0.9
@@ -54,7 +61,9 @@ class Size:
     params_b: float  # parameters, in billions
     layers: int
     kv_width: int    # KV heads x head dim
-    source: str      # table | name | default
+    source: str      # GGUF metadata | config.json | table | name | default
+    vocab: int | None = None
+    hidden: int | None = None
 
 
 # model id (lower case) -> (parameters in billions, layers, KV heads x head dim), from the models' configs
@@ -111,7 +120,11 @@ def signal_pairs_bound(cluster_sizes, cover: int) -> int:
 
 
 def signal_shape(spec) -> tuple[int, int, str]:
-    """(vocabulary, hidden size, table | default) of a model spec, for the confusion study's signals."""
+    """(vocabulary, hidden size, where from) of a model spec, for the confusion study's signals: read from the
+    model where it is here, else the table, else a default."""
+    read = shape(spec.source)
+    if read is not None and read.vocab:
+        return read.vocab, read.hidden, read.source
     known = SIGNAL_SHAPES.get(spec.source.lower())
     return (*known, "table") if known else (*DEFAULT_SIGNAL_SHAPE, "default")
 
@@ -167,8 +180,22 @@ def grid(p) -> pd.DataFrame:
 
 
 # --- the cost model --------------------------------------------------------------------------------------------
+@functools.cache
+def shape(source: str) -> model_shape.Shape | None:
+    """The model's own shape, read once per source (None: not on this machine, or not readable)."""
+    try:
+        return model_shape.read(source)
+    except (OSError, ValueError, KeyError) as e:  # a broken file is make check's to name; the plan falls back
+        print(f"plan: {source}: shape not readable ({e}); sized from the table or its name")
+        return None
+
+
 def size(spec) -> Size:
-    """Parameters, layers and KV width of a model spec: the table, else the id's name, else 7B."""
+    """Parameters, layers and KV width of a model spec: read from the model, else the table, else the id's name,
+    else 7B."""
+    read = shape(spec.source)
+    if read is not None:
+        return Size(read.params_b, read.layers, read.kv_width, read.source, read.vocab, read.hidden)
     known = KNOWN.get(spec.source.lower())
     if known:
         return Size(*known, "table")
@@ -201,9 +228,12 @@ def cost(r: pd.Series, spec, batch_rows, gpu: str) -> tuple[float | None, float,
     if weights_cpu < ram and not gpu_only(spec):
         b = batch_rows if batch_rows != "auto" else int(
             max(1, min(AUTO_BATCH_CAP, AUTO_BATCH_FRACTION * (ram - weights_cpu) // (2 * ctx_bytes))))
+        b = max(1, min(b, int(r.get("generations", b) or b)))  # a batch holds at most the rows there are
         scale = s.params_b / CPU_REFERENCE_B
-        step = (1 + CPU_ROW_COST * (b - 1)) / (b * CPU_DECODE_TOK_S)  # seconds per row-token at batch b
-        cpu_h = scale * (r["prefill_tokens"] / CPU_PREFILL_TOK_S + r["new_tokens"] * step) / 3600
+        # seconds per row-token at batch b: scaled from the reference, or the per-layer floor shared by b rows
+        step = max(scale * (1 + CPU_ROW_COST * (b - 1)) / (b * CPU_DECODE_TOK_S), CPU_LAYER_STEP_S * s.layers / b)
+        prefill = max(scale * r["prefill_tokens"] / CPU_PREFILL_TOK_S, CPU_LAYER_STEP_S * s.layers * r["prompts"])
+        cpu_h = (prefill + r["new_tokens"] * step) / 3600
     # GPU: compute-bound prefill, bandwidth-bound decode amortised over the batch
     tflops, tbs, mem_gb = GPUS[gpu]
     peak, bw = tflops * 1e12 * MFU, tbs * 1e12 * BANDWIDTH_EFFICIENCY
@@ -249,15 +279,18 @@ def report(p, gpu: str = "h100") -> str:
         lines.append(f"cpu_hours empty: GPU-only settings, or fp32 weights larger than this machine's free RAM "
                      f"({', '.join(sorted(set(e.loc[nan, 'model'])))})")
     sizes = {m: size(p.models.get(m) or _spec(m)) for m in dict.fromkeys(e["model"])}
-    lines += ["", "model sizes (billions of parameters; from the KNOWN table, the id's name, or a 7B default):"]
-    lines += [f"  {m}: {s.params_b:g}B ({s.source}), {s.layers} layers, KV width {s.kv_width}" for m, s in sizes.items()]
+    lines += ["", "model sizes (billions of parameters; read from the model's GGUF metadata or config.json where it is "
+                  "on this machine, else the KNOWN table, the id's name, or a 7B default):"]
+    lines += [f"  {m}: {s.params_b:.3g}B ({s.source}), {s.layers} layers, KV width {s.kv_width}"
+              + (f", vocabulary {s.vocab:,}, hidden {s.hidden:,}" if s.vocab else "") for m, s in sizes.items()]
     lines += judge_model_lines(p)
     tokens_note = (f"  tokens: text at {CHARS_PER_TOKEN} characters a token; every reply runs to max_new_tokens "
                    "(upper bound); prefill_tokens counts a prefix shared by a condition's prompts once (the engine "
                    "reuses it)")
     cpu_note = (f"  CPU: this machine's engine, SmolLM2-135M fp32 on 2 cores at 2k context: prefill "
                 f"{CPU_PREFILL_TOK_S:g} tok/s, decode {CPU_DECODE_TOK_S:g} tok/s per row, a step of B rows costing "
-                f"1 + {CPU_ROW_COST} (B - 1) one-row steps; times scaled by parameter count; fp32 weights")
+                f"1 + {CPU_ROW_COST} (B - 1) one-row steps; times scaled by parameter count, at least "
+                f"{CPU_LAYER_STEP_S * 1000:g} ms a step per layer; a batch no larger than the rows there are; fp32 weights")
     gpu_note = (f"  GPU {gpu}: {tflops:g} dense bf16 TFLOP/s, {tbs:g} TB/s, {mem} GB; prefill at MFU {MFU}; a decode "
                 f"step reads the weights once per batch and each row's KV cache at {BANDWIDTH_EFFICIENCY:.0%} of the "
                 f"bandwidth; batch rows = generation.batch_rows ({p.generation.batch_rows}; auto: KV caches in "

@@ -45,6 +45,29 @@ def wilson(k: int, n: int, alpha: float = 0.05) -> Rate:
 
 
 @dataclass(frozen=True)
+class Chance:
+    """A multiple-choice check's answers against chance: its accuracy (Wilson), the most given answer and its
+    share, and whether the check is at chance (the interval reaches 1 / ``choices``) or answered by one letter
+    (that share at least ``one_letter``)."""
+
+    rate: Rate
+    letter: str
+    share: float
+    at_chance: bool
+    one_letter: bool
+
+
+def chance_check(replies, correct, choices: int = 4, alpha: float = 0.05, one_letter: float = 0.8) -> Chance:
+    """A capability check that measures nothing: accuracy not shown above 1 / ``choices`` (the Wilson interval's
+    low end at or below it), or one answer given to at least ``one_letter`` of the questions."""
+    replies = pd.Series(replies, dtype=str).str.strip()
+    rate = wilson(int(np.sum(np.asarray(correct, dtype=bool))), len(replies), alpha)
+    counts = replies.value_counts()
+    letter, share = str(counts.index[0]), float(counts.iloc[0] / len(replies))
+    return Chance(rate, letter, share, rate.lo <= 1 / choices, share >= one_letter)
+
+
+@dataclass(frozen=True)
 class McNemar:
     """Exact McNemar test on paired binary outcomes.
 

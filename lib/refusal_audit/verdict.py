@@ -7,7 +7,9 @@ sentences; the numbers behind them sit beside them as typed fields (``None`` whe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 # what a row is
 PRIMARY, POSITIVE, NULL, CALIBRATION = "primary", "positive control", "null control", "calibration"
@@ -148,3 +150,39 @@ def missing(study: str, why: str) -> Verdict:
     cell = not_computed(why)
     return Verdict(study, "(none)", PRIMARY, "(not available)", "not computed", cell, cell, cell,
                    Controls(flags=(cell,)))
+
+
+# --- a null answer held to what the run could have seen ------------------------------------------------------------
+CANNOT_TELL = "cannot tell"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An effect a null answer is held against: the largest effect the run's own rates allow (a drop cannot exceed
+    the rate it drops from), or the effect the study's seed reports. ``what`` names it in words."""
+
+    value: float | None
+    what: str
+
+
+def undetectable(mde: float | None, bounds: Sequence[Bound]) -> str:
+    """Why a null answer cannot be told from "the run could not have seen it" ("" when it can): the smallest
+    detectable effect ``mde`` exceeds the smallest of ``bounds`` (``math.inf``: no effect whatever could have
+    been detected at the run's n; ``None``: not known, nothing is said). Bounds without a value are skipped."""
+    known = [b for b in bounds if b.value is not None and math.isfinite(b.value)]
+    if mde is None or (isinstance(mde, float) and math.isnan(mde)) or not known:
+        return ""
+    tight = min(known, key=lambda b: b.value)
+    if mde <= tight.value:
+        return ""
+    if math.isinf(mde):
+        return f"{CANNOT_TELL}: no effect up to {tight.what} ({tight.value:.2f}) could have been detected at this n"
+    return f"{CANNOT_TELL}: the smallest detectable effect {mde:.2f} exceeds {tight.what} ({tight.value:.2f})"
+
+
+def held_to(v: Verdict, mde: float | None, bounds: Sequence[Bound], nulls: Sequence[str]) -> Verdict:
+    """A primary (or user's) row whose answer is one of the study's null words (``nulls``), with ``undetectable``
+    applied: the answer becomes "cannot tell" and its reason leads the power cell. Controls are judged against
+    their own plant (their state), so their rows are returned as they are, as is every row the run could see."""
+    why = undetectable(mde, bounds) if v.role in (PRIMARY, USER) and v.answer in nulls else ""
+    return replace(v, answer=CANNOT_TELL, power=f"{why}; {v.power}") if why else v

@@ -3,14 +3,29 @@ judge) on the benign clusters against its null, one row per control; every cell 
 missing table says which), the numbers behind each cell beside it."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from ...verdict import NULL, POSITIVE, PRIMARY, USER, Controls, ControlState, Verdict, not_applicable, not_computed
+from ...verdict import (
+    NULL,
+    POSITIVE,
+    PRIMARY,
+    USER,
+    Bound,
+    Controls,
+    ControlState,
+    Verdict,
+    held_to,
+    not_applicable,
+    not_computed,
+)
 from . import analysis, controls
 from .params import NAME
 from .verdicts import null_row
 
 QUESTION = "Do benign refusals follow intents, or split paraphrases?"
+CONFUSED = "confused at chance"  # the null answer (analysis.null_answer), held to what the run could see
 DETERMINISTIC = (not_applicable("a deterministic check against plain loops"), not_applicable("a deterministic check"))
 # the two controls of the decision sets: (name, role, question); the cross-cluster twin must be found, the
 # harmful twin must stay out of same meaning
@@ -61,11 +76,15 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
              "clusters)" if follows else
              (f"MDE: CR drop {n['mde']:.2f} below the null" if pd.notna(n["mde"])
               else f"MDE: none (no planted drop detected with {int(n['n_rejected'])} rejections)"))
-    return Verdict(NAME, r.model, PRIMARY, QUESTION, answer, est, fpr, power, controls,
-                   effect=float(n["confusion_rate"]), ci_low=float(r.confusion_rate_w_lo),
-                   ci_high=float(r.confusion_rate_w_hi), p=float(n["confusion_rate_p_below"]), fpr_rate=float(n["fpr"]),
-                   power_rate=float(n["power_at_half"]) if follows else None,
-                   mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]), **first)
+    v = Verdict(NAME, r.model, PRIMARY, QUESTION, answer, est, fpr, power, controls,
+                effect=float(n["confusion_rate"]), ci_low=float(r.confusion_rate_w_lo),
+                ci_high=float(r.confusion_rate_w_hi), p=float(n["confusion_rate_p_below"]), fpr_rate=float(n["fpr"]),
+                power_rate=float(n["power_at_half"]) if follows else None,
+                mde=None if follows or pd.isna(n["mde"]) else float(n["mde"]), n=int(n["n_rejected"]), **first)
+    # no MDE: not even every rejection in whole clusters was called in 80 % of the draws; a CR drop below its null
+    # can be at most the null's own CR
+    bound = Bound(float(n["confusion_rate_null"]), "the largest drop the null's Confusion Rate allows")
+    return held_to(v, math.inf if v.mde is None else v.mde, [bound], (CONFUSED,))
 
 
 def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:

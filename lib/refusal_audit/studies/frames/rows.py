@@ -3,10 +3,13 @@
 the numbers behind each cell beside it."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from ... import papers
 from ...verdict import NULL as NULL_ROLE
-from ...verdict import POSITIVE, PRIMARY, Controls, ControlState, Verdict, not_computed
+from ...verdict import POSITIVE, PRIMARY, Bound, Controls, ControlState, Verdict, held_to, not_computed
 from .params import NAME, NULL, primary_of
 from .readings import calibration_words, read_calibration
 from .readings import reading as reading_of
@@ -14,6 +17,17 @@ from .shapes import read
 from .verdicts import control_model, estimate_cell, flags, fpr_cell, power_cell
 
 NO_SIMULATION = not_computed("no simulation row (no paraphrase contrast)")
+NO_DIVERGENCE = "no divergence"  # the null answer, held to what the run could see (verdict.held_to)
+# the seed's headline frame effect per outcome (data/published/frames.csv), in points
+SEED_EFFECT = {"refusal": "refusal_E-N", "harmful_compliance": "harmful_compliance_E-D"}
+
+
+def bounds(p, outcome: str) -> list[Bound]:
+    """What a null answer is held to: a frame contrast of a share can be at most 1, and the seed's headline
+    effect for the outcome (11.8 points of refusal E-N, 3.6 of harmful compliance E-D)."""
+    seed = papers.value(NAME, SEED_EFFECT[outcome]) if outcome in SEED_EFFECT else None
+    return [Bound(1.0, "the largest change a share allows"),
+            papers.seed_bound(p, None if seed is None else abs(seed) / 100, f"{SEED_EFFECT.get(outcome)}")]
 
 
 def _number(r: pd.Series, key: str) -> float | None:
@@ -74,7 +88,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         key = (model, outcome, subset)
         r = item.loc[key] if item is not None and not is_null and key in item.index else None
         if is_null or r is None:
-            answer = "divergence" if found else "no divergence"
+            answer = "divergence" if found else NO_DIVERGENCE
         else:
             answer = reading_of(r, alpha)
             if others and not best["p_holm"] < alpha:
@@ -97,7 +111,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 readings_cell += (f"; under {j.other_judge}: Delta {100 * j.other_delta:+.1f} vs {100 * j.delta:+.1f} "
                                   f"points, paired difference Holm p {j.difference_p_holm:.3g}, kappa {j.kappa:.2f} "
                                   f"[{j.kappa_lo:.2f}, {j.kappa_hi:.2f}]")
-        out.append(Verdict(
+        v = (Verdict(
             **row, answer=answer,
             estimate=f"declared primary {estimate_cell(best)} ({len(ok)} of {len(g)} declared contrasts fitted"
             + (f"; also significant after Holm: {', '.join(others)}" if others else "") + ")" + readings_cell,
@@ -109,4 +123,6 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             p=_number(best, "p_holm"), fpr_rate=float(ok["fpr_primary"].max()) if simulated else None,
             power_rate=_number(best, "power_primary_118") if found else None,
             mde=None if found else _number(best, "mde_80_primary"), n=int(best["n_items"])))
+        # no MDE: no frame effect up to the grid's largest (0.80) reached 80 % power
+        out.append(held_to(v, math.inf if v.mde is None else v.mde, bounds(p, outcome), (NO_DIVERGENCE,)))
     return out

@@ -82,6 +82,19 @@ def mmlu_scores(generations: pd.DataFrame, items: pd.DataFrame, primary_sink: in
                     correct=g["reply"].str.strip() == g["answer"].str.strip())
 
 
+def mmlu_chance(scored: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Per model, under full retention: whether MMLU-math measures anything (``stats.chance_check``: accuracy not
+    shown above a quarter, or one letter answering most questions). A check at chance cannot show that eviction
+    keeps task accuracy."""
+    rows = []
+    for model, g in scored[scored["arm"] == "full"].groupby("model", sort=False):
+        c = stats.chance_check(g["reply"], g["correct"], 4, alpha)
+        rows.append({"model": model, "n": c.rate.n, "correct": c.rate.k, "accuracy": c.rate.rate,
+                     "accuracy_lo": c.rate.lo, "accuracy_hi": c.rate.hi, "letter": c.letter, "letter_share": c.share,
+                     "at_chance": c.at_chance, "one_letter": c.one_letter})
+    return pd.DataFrame(rows)
+
+
 def mmlu_accuracy(scored: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """MMLU accuracy per model and arm with Wilson CIs, and exact McNemar of each arm against full."""
     acc = stats.rate_table(scored, ["model", "arm"], "correct", alpha)

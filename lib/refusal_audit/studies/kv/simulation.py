@@ -21,7 +21,7 @@ refusals reads them as compliance. Two uses, both from ``kv.simulation`` in para
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -208,3 +208,21 @@ def moving_null(sim: Simulation, n: int, family: list[str], monitor: str, refere
                                        "arm": "full" if arm == "full" else arm_name, "role": "harmful",
                                        "system_prompt": True, "filler_tokens": int(filler), "refused": refused}))
     return pd.concat(parts, ignore_index=True)
+
+
+def at_observed(sim: Simulation, conf: pd.DataFrame, alpha: float, family_size: int, seed: int,
+                margin: float) -> pd.DataFrame:
+    """The family's power per model at that model's own full-retention refusal rate (the monitor's, averaged over
+    the family's members: the rate a soft-refusal drop falls from), not at ``sim.refusal_full`` (a planning
+    constant): ``calibration``'s alternatives at the run's n and margin, one row per model and soft share, with the
+    observed ``refusal_full``. A model at 0.3 can drop at most 0.3, and its power says so."""
+    rows = []
+    for i, (model, g) in enumerate(conf.groupby("model", sort=False)):
+        rate = float(g["monitor_full"].mean()) if "monitor_full" in g and g["monitor_full"].notna().any() else None
+        if rate is None:
+            continue
+        at = calibration(replace(sim, refusal_full=rate, sizes=[]), int(g["n_pairs"].max()), alpha, family_size,
+                         seed + i, margin)
+        rows.append(at[at["kind"] == "alternative"].assign(model=model, refusal_full=rate))
+    cols = ["model", "refusal_full", "scenario", "n", "reps", "difference", "familywise_claim"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

@@ -253,6 +253,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "confirmatory": conf,
         "null_controls": analysis.null_controls(conf, moving, kv.null_control),
         "calibration": simulation.calibration(sim, n, s.alpha, len(family(kv)), p.seed, m),
+        "observed_power": simulation.at_observed(sim, conf, s.alpha, len(family(kv)), p.seed, m),
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
@@ -267,6 +268,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     scored = analysis.mmlu_scores(generations, items, kv.sink)
     if len(scored):
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
+        tables["mmlu_chance"] = analysis.mmlu_chance(scored, s.alpha)
     return tables
 
 

@@ -6,7 +6,8 @@ import pandas as pd
 
 from ... import stats
 from ...papers import read
-from . import classifier, simulation
+from ...verdict import CANNOT_TELL
+from . import classifier, rows, simulation
 from .analysis import MOVING
 from .paper import humans_measured
 from .params import family
@@ -248,8 +249,10 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     wrapper = classifier.status(p) if f"llm_{classifier.QUESTION}" in (c.monitor, c.reference) else None
     return (confirmatory(p, conf, len(family(p.studies["kv"])))
             + ([f"kv judge: {wrapper}."] if wrapper else []) + controls(p, conf, tables.get("null_controls"))
+            + [f"kv {flag}." for flag in rows.chance_flags(tables.get("mmlu_chance"))]
             + keyed_to(p, control_arms(p, tables.get("refusal_rates"), tables.get("span_retention")))
             + blind_spots(p, tables.get("blind_spots")) + calibration(p, tables.get("calibration"))
+            + detectability(p, tables)
             + human(tables.get("human_agreement"), tables.get("human_labels"), p))
 
 
@@ -307,3 +310,9 @@ def keyed_to(p, arms: pd.DataFrame) -> list[str]:
     kv = p.studies["kv"]
     return [f"kv positive control {kv.positive_control}: what it is keyed to, measured (keyword-hard share per arm, "
             f"n = {int(arms['n'].max())}, filler {kv.filler_tokens}): {per}. It is keyed to {what}."]
+
+
+def detectability(p, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Per model whose null answer the run could not have seen (``verdict.held_to``): the answer "cannot tell" with
+    its reason and the power at the model's own full-retention refusal rate."""
+    return [f"kv, {v.system}: {v.power}." for v in rows.rows(p, tables) if v.answer == CANNOT_TELL]

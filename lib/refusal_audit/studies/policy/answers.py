@@ -3,7 +3,9 @@ file a guard run elsewhere returns (``make guard-items``, then ``make guard-verd
 
 **The items** (``guard_items``) are the clean benchmark rows of the run's split (no exact or
 near-duplicate in the arms' training pool), disputed and undisputed rows shuffled together under
-the run's seed, with no label: a guard is scored blind. A guard never trained on the arms' pool may
+the run's seed, with no label and an opaque id (``blind_id``: a hash of the run's seed and the item, so
+neither the dataset nor the benchmark shows; ``guard_key`` maps it back and ``make guard-items`` keeps that
+map in the run's folder): a guard is scored blind. A guard never trained on the arms' pool may
 score every row of the pool instead (``SCOPES``).
 
 **The answers** (``read_answers``): a CSV with ``id`` and either ``verdict`` (``safe`` / ``unsafe``)
@@ -18,6 +20,7 @@ skipped are counted (``n_missing``) and the verdict rests on the rest.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -65,19 +68,32 @@ def answered_scope(answers: pd.DataFrame, items: pd.DataFrame) -> str:
     return "benchmark" if answers["id"].isin(set(scored_rows(items)["item_id"])).all() else "all"
 
 
+def blind_id(item_id: str, seed: int) -> str:
+    """An item's id as a guard sees it: 12 hex digits of a hash of the run's seed and the item's id."""
+    return "item-" + hashlib.sha256(f"guard item|{seed}|{item_id}".encode()).hexdigest()[:12]
+
+
+def guard_key(items: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """``id`` (blind) -> ``item_id`` for every row of the pool (either scope's items)."""
+    ids = design.own(items)["item_id"].astype(str)
+    return pd.DataFrame({"id": [blind_id(i, seed) for i in ids], "item_id": ids.to_numpy()})
+
+
 def guard_items(items: pd.DataFrame, seed: int, scope: str = "benchmark") -> pd.DataFrame:
     """``id, prompt`` of every row a guard must score (``scope_rows``), shuffled under ``seed``: blind,
-    since the benchmark name would carry policy A's labels (every B-stricter item is ``xstest_safe`` or
-    ``written_safe``)."""
+    since the dataset in an item's id would carry policy A's labels (every B-stricter item is ``xstest_safe`` or
+    ``written_safe``): the id is ``blind_id``."""
     rows = scope_rows(items, scope)
     order = np.random.default_rng(seed).permutation(len(rows))
     out = rows.iloc[order]
-    return pd.DataFrame({"id": out["item_id"].to_numpy(), "prompt": out["text"].to_numpy()})
+    return pd.DataFrame({"id": [blind_id(i, seed) for i in out["item_id"].astype(str)],
+                         "prompt": out["text"].to_numpy()})
 
 
-def read_answers(path, item_ids, guard: str | None = None) -> pd.DataFrame:
+def read_answers(path, item_ids, guard: str | None = None, key: pd.DataFrame | None = None) -> pd.DataFrame:
     """``guard, id, unsafe`` from a guard's answers file (see the module doc); ``guard`` names a file
-    without a ``guard`` column (default: the file's stem) or picks one guard from a file with one."""
+    without a ``guard`` column (default: the file's stem) or picks one guard from a file with one. ``key``
+    (``guard_key``): blind ids are read back as the items' own ids."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: verdicts file not found")
@@ -101,6 +117,8 @@ def read_answers(path, item_ids, guard: str | None = None) -> pd.DataFrame:
     else:
         df = df.assign(guard=guard or path.stem)
     ids = df["id"].str.strip()
+    if key is not None:
+        ids = ids.map(dict(zip(key["id"], key["item_id"]))).fillna(ids)
     empty = ids == ""
     if empty.any():
         raise AnswerError(f"{where}: row {_row(df, empty)}: empty id")

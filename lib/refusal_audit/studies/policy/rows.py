@@ -5,11 +5,12 @@ them beside."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pandas as pd
 
-from ...verdict import CALIBRATION, NULL, POSITIVE, PRIMARY, USER, Controls, ControlState, Verdict, not_computed
+from ...verdict import CALIBRATION, NULL, POSITIVE, PRIMARY, USER, Bound, Controls, ControlState, Verdict, held_to, not_computed
 from ..contract import Measurement
 from .following import DIRECTION_NAMES, DIRECTIONS, MARGIN
 from .params import NAME
@@ -19,6 +20,8 @@ QUESTION_CALIBRATION = "Does the rule name a wrong policy?"
 ANSWERS = {"A": "follows A", "B": "follows B", "mixed": "mixed", "undetermined": "undetermined",
            "inconsistent": "inconsistent with both policies"}
 ROLES = {"arm": PRIMARY, "guard": PRIMARY, "user": PRIMARY}  # the synthetic guards are controls, by known answer
+# a position lies in [0, 1]: no direction can stand further than 0.5 from halfway
+FARTHEST = Bound(0.5, "the largest distance from halfway a position allows")
 KNOWN_NONE = "known: none"  # the last signal of the synthetic guard that follows no policy (coin flips)
 
 
@@ -117,11 +120,11 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         named = r["follows"] in ("A", "B")
         follower = _follower(r, cal) if named else None
         mdes = [] if named else [mde for _, mde in _mdes(r)]
-        out.append(Verdict(NAME, system, role, QUESTION, ANSWERS[r["follows"]], _position_text(r), fpr,
-                           _power_text(r, cal), state, fpr_rate=fpr_rate, testbed=r["kind"] == "arm",
-                           power_rate=None if follower is None else _number(follower["power"]),
-                           mde=min(mdes) if mdes else None,
-                           n=None if pd.isna(r["n_disputed"]) else int(r["n_disputed"])))
+        v = Verdict(NAME, system, role, QUESTION, ANSWERS[r["follows"]], _position_text(r), fpr,
+                    _power_text(r, cal), state, fpr_rate=fpr_rate, testbed=r["kind"] == "arm",
+                    power_rate=None if follower is None else _number(follower["power"]),
+                    mde=min(mdes) if mdes else None, n=None if pd.isna(r["n_disputed"]) else int(r["n_disputed"]))
+        out.append(held_to(v, math.inf if v.mde is None else v.mde, [FARTHEST], (ANSWERS["undetermined"],)))
     if cal is not None and not cal.empty:
         follow = cal[cal["expected"].isin(["A", "B"])].set_index("profile")["power"]
         powers = [_number(follow.get(name, np.nan)) for name in ("follows_A", "follows_B")]

@@ -14,7 +14,7 @@ from ...config import ParamsError
 from ...plots import save
 from ..contract import Command
 from . import charts, design, following, simulation
-from .answers import SCOPES, answered_scope, benchmark_scores, guard_items, read_answers, scope_rows
+from .answers import SCOPES, answered_scope, benchmark_scores, guard_items, guard_key, read_answers, scope_rows
 from .params import NAME
 from .stages import split_items
 
@@ -28,11 +28,18 @@ def write_guard_items(params_file: str, out: str, scope: str = "benchmark") -> P
     p = config.load(params_file)
     if NAME not in p.studies:
         raise ParamsError(f"{params_file}: no policy section; the guard items are the policy study's")
-    table = guard_items(split_items(p), p.seed, scope)
+    items = split_items(p)
+    table = guard_items(items, p.seed, scope)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False)
+    key = paths.run_dir(p.run_name) / NAME / KEY_FILE  # the map back from the blind ids, kept with the run
+    key.parent.mkdir(parents=True, exist_ok=True)
+    guard_key(items, p.seed).to_csv(key, index=False)
     return path
+
+
+KEY_FILE = "guard_items_key.csv"
 
 
 def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, guard: str | None = None) -> list[str]:
@@ -48,7 +55,10 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
         if not f.is_file():
             raise FileNotFoundError(f"{f}: not found; run the policy study first (make all PARAMS=... STUDIES=policy)")
     items = design.own(pd.read_parquet(items_file))
-    answers = read_answers(verdicts_file, items["item_id"].tolist(), guard)
+    # blind ids back to the items' own: the map make guard-items kept, else the same hash from the run's seed
+    key_file = folder / NAME / KEY_FILE
+    key = pd.read_csv(key_file, dtype=str) if key_file.is_file() else guard_key(items, p.seed)
+    answers = read_answers(verdicts_file, items["item_id"].tolist(), guard, key)
     # a guard that scored the items of `make guard-items SCOPE=all` (never trained on the arms' pool, so nothing
     # to decontaminate) is read on every row of the pool; otherwise on the clean benchmark split, as the arms are
     scope = answered_scope(answers, items)
@@ -65,9 +75,13 @@ def guard_verdict_files(verdicts_file: str, run_name: str, params_file: str, gua
     benchmark_scores(answers, rows, alpha).to_csv(folder / "guard_scores.csv", index=False)
     # the run's calibration (on the clean benchmark split); a run analysed before the study wrote one, or a guard
     # scored on every row of the pool, gets the rule simulated on the rows it scored
+    # scored on the items the guard answered: a guard that skipped items gets the rule simulated on those it answered
     cal_file = folder / "stats" / NAME / "verdict_calibration.csv"
-    cal = (pd.read_csv(cal_file) if cal_file.is_file() and scope == "benchmark" else
-           simulation.run_calibration(rows, alpha, p.seed, p.studies[NAME].calibration_draws))
+    answered = rows[rows["item_id"].isin(set(answers["id"]))].reset_index(drop=True)
+    run_cal = pd.read_csv(cal_file) if cal_file.is_file() else None
+    draws = int(run_cal["draws"].iloc[0]) if run_cal is not None else p.studies[NAME].calibration_draws
+    cal = (run_cal if run_cal is not None and scope == "benchmark" and len(answered) == len(rows) else
+           simulation.run_calibration(answered, alpha, p.seed, draws))  # at the run's draws
     shown = pd.concat([arms_at_seed, theirs], ignore_index=True)
     fig = charts.guard_position(
         shown, f"Run {run_name!r}: {len(arms_at_seed)} trained arms at the run seed (seed floor of their agreement "
