@@ -138,7 +138,7 @@ def test_a_concentrated_and_a_decode_only_effect_are_read_as_such_and_the_row_na
     assert "decode-dependent" in r["reading"] and r["sampled_delta"] > r["greedy_delta"] + 0.15
     # the row: primary named; its answer is the reading
     p = _params()
-    p.stats = SimpleNamespace(alpha=0.05)
+    p.stats = SimpleNamespace(alpha=0.05, seed_effect_bound=True)
     rows = F.verdict_rows(p, {"confirmatory": conf, "item_readings": t})
     assert len(rows) == 1 and rows[0].answer == "divergence: concentrated"
     assert rows[0].estimate.startswith("declared primary E-N ") and "items' worth" in rows[0].estimate
@@ -209,7 +209,7 @@ def test_a_second_judge_that_misses_the_effect_makes_the_contrast_judge_dependen
     assert r["kappa"] == pytest.approx(1.0) if miss == 0 else r["kappa"] < 0.95
     said = judging.words(r)
     assert ("JUDGE-DEPENDENT" in said) is dependent and f"{100 * r['other_delta']:+.1f}" in said
-    p.stats = SimpleNamespace(alpha=0.05)
+    p.stats = SimpleNamespace(alpha=0.05, seed_effect_bound=True)
     rows = F.verdict_rows(p, {"confirmatory": conf, "judge_dependence": t})
     assert ("judge-dependent: keyword" in rows[0].answer) is dependent and "under keyword: Delta" in rows[0].estimate
 

@@ -563,7 +563,7 @@ def test_verdict_rows_fill_every_key_from_the_tables():
     d = planted3()
     d = pd.concat([d, d[d["model"] == "m0"].assign(model="m1:null")])
     t = confirmatory.confirmatory(p, d, {"outcome": "outcome"})["confirmatory"]
-    p.stats = SimpleNamespace(alpha=0.05)
+    p.stats = SimpleNamespace(alpha=0.05, seed_effect_bound=False)
     typed = F.verdict_rows(p, {"confirmatory": t})
     rows = [r.cells() for r in typed]
     keys = {"study", "system", "role", "question", "answer", "estimate", "fpr", "power", "controls"}
