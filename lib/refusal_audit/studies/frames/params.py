@@ -79,6 +79,10 @@ class Params:
     # judge sensitivity and dependence: any registered judge of kind refusal or harmful the run switches on
     # (keyword, learned_refusal(_soft), llm_refusal / llm_harmbench with judges.llm)
     second_judge: str = "keyword"
+    # the judge that fills the four-class outcome role (its judgments carry the role's name, "outcome"): the
+    # CPU judge built on the learned heads ("outcome"), or the four-class LLM judge ("llm_outcome", with
+    # judges.llm asking the outcome question of the model it names)
+    outcome_judge: str = "outcome"
     min_k: float = 0.2                 # Min-K% Prob's k
     # familiar = source Min-K% above its unseen rewordings' by more than this quantile of the null reference
     # distribution (familiarity.per_item; DEFINITIONS.md), in [0.5, 1)
@@ -152,6 +156,7 @@ def check(p, where: str) -> None:
     # any registered judge the run switches on that reads refusal or harmful compliance, under its own
     # convention (a harm judge re-reads the harmful-compliance contrasts; DEFINITIONS.md "Judge dependence")
     registry.need_judge(p, where, "frames.second_judge", fr.second_judge, kinds=SECOND_KINDS)
+    registry.need_judge(p, where, "frames.outcome_judge", fr.outcome_judge, kinds=("outcome",), run_wide=None)
     need(p.judges.learned, where, "judges.learned", "true (the outcome judge is built on the learned heads)",
          p.judges.learned)
     need(0 < fr.min_k <= 1, where, "frames.min_k", "a number in (0, 1]", fr.min_k)

@@ -229,8 +229,18 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
 
     fr = p.studies[NAME]
     replies = generations.rename(columns={"request": "prompt"})
-    chosen = [OutcomeJudge()] + [j for j in judges.build(p, models.load) if j.name in (fr.second_judge, "learned_harmful")]
+    chosen = [outcome_judge(p, models.load)] + [judges.registry.make(n, p, models.load)
+                                                 for n in dict.fromkeys((fr.second_judge, "learned_harmful"))]
     return judges.judge_replies(chosen, replies)
+
+
+def outcome_judge(p, load_model):
+    """The judge params name for the outcome role (frames.outcome_judge), under the role's name ``outcome``,
+    so that every table and the declared family read the same judge whichever fills the role."""
+    name = p.studies[NAME].outcome_judge
+    j = OutcomeJudge() if name == "outcome" else judges.registry.make(name, p, load_model)
+    j.name = "outcome"
+    return j
 
 
 # --- 05 statistics -------------------------------------------------------------------------------------
