@@ -31,13 +31,17 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
     (id -> text). Unknown source or id, a label outside {same, different}, or a pair whose two prompts are the
     same prompt (one id, or equal texts) stops with one line naming the file and the row (file lines, the
     header is line 1). ``only``: keep the rows of that source (the others are not checked); ``source``: a
-    file without the ``source`` column (a user's: ``id_a, id_b, label``), every row of that source."""
+    file without the ``source`` column (a user's: ``id_a, id_b, label``, then any columns for its reader, as on the
+    blind sheet ``make confusion`` writes), every row of that source."""
     path = Path(path)
     columns = COLUMNS if source is None else COLUMNS[1:]
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != columns:
-            raise ValueError(f"{path}: line 1: columns {reader.fieldnames}; expected {columns}")
+        # a user's file may carry more columns after the three (the blind sheet's seeds and prompts, for its reader)
+        head = reader.fieldnames if source is None else (reader.fieldnames or [])[:len(columns)]
+        if head != columns:
+            raise ValueError(f"{path}: line 1: columns {reader.fieldnames}; expected {columns}"
+                             + ("" if source is None else " first (more columns after them are kept for the reader)"))
         rows = []
         for line, row in enumerate(reader, start=2):
             if any(row.get(c) is None for c in columns):
@@ -53,7 +57,8 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
                 if x not in texts[src]:
                     raise ValueError(f"{path}: line {line}: unknown id {x!r} in source {src!r}")
             if label not in LABELS:
-                raise ValueError(f"{path}: line {line}: label {label!r}; expected one of {LABELS}")
+                raise ValueError(f"{path}: line {line}: label {label!r}; expected one of {LABELS}"
+                                 + (" (an unfilled row of the blind sheet: label it or delete it)" if not label else ""))
             if a == b or texts[src][a].strip().lower() == texts[src][b].strip().lower():
                 raise ValueError(f"{path}: line {line}: {a!r} and {b!r} are the same prompt; a labelled pair "
                                  "needs two different prompts")

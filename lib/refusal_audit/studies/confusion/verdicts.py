@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import analysis, controls
+from . import analysis, arm_verdict, controls
 from .params import NAME
 
 
@@ -69,7 +69,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
                        f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " "
                        + _theta_words(p, tables.get("same_meaning_rule"))
-                       + extra + every)
+                       + (arm_verdict.cosine_words(n) if n is not None else "") + extra + every)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
         out.append(f"confusion: {int(pairs['disagree'].sum())} of {len(pairs)} pairs of model/judge arms are ordered "
