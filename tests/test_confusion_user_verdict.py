@@ -49,7 +49,8 @@ def run(tmp_path, monkeypatch, gated, guard: str, name: str, pairs=None):
 def test_a_random_guard_is_confused_at_chance_and_an_intent_guard_follows_intents(tmp_path, monkeypatch, gated):
     """The verdict is the null test's, not "any confused rejection": the random guard (most of its 16 rejections
     beside an accepted paraphrase) sits at its null; the guard that rejects whole intents sits far below it.
-    Seen failing with the word picked on n_confused > 0 (the old rule: the random guard read as confused)."""
+    Seen failing with the word picked on any confused rejection (the old rule) and with a rejection's own-cluster
+    events counted as resting on the cosine."""
     folder = run(tmp_path, monkeypatch, gated, "random_guard.csv", "random")
     s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
     assert s["n_rejected"] == 16 and s["n_confused"] > 8
@@ -59,10 +60,25 @@ def test_a_random_guard_is_confused_at_chance_and_an_intent_guard_follows_intent
     report = (folder / "report.html").read_text()
     assert "confused at chance" in report and "splits paraphrases" not in report
     assert "for the same rejections placed at random" in report  # the default run's null sentence
+    # no known label: every cross-cluster event rests on the cosine; a confused rejection rests on it alone when all
+    # its events come from other clusters (counted here from the per-prompt table)
+    rej = pd.read_csv(folder / "confusion_prompts.csv").query("decision == 'REJECT'")
+    assert s["n_cosine_events"] == rej["n_cross_events"].sum() > 0
+    assert s["n_cosine_confused"] == (rej["confused"] & (rej["n_events"] == rej["n_cross_events"])).sum()
+    assert s["confusion_rate_without_cosine"] == pytest.approx((s["n_confused"] - s["n_cosine_confused"]) / 16)
     folder = run(tmp_path, monkeypatch, gated, "intent_guard.csv", "intents")
     s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
     assert (s["n_rejected"], s["n_confused"], s["verdict"]) == (15, 0, "follows intents")
     assert s["confusion_rate_p_below"] < 0.05 < s["confusion_rate_null"]
+    # the same intents and two stray rejections: confused rejections exist, yet the rejections follow intents
+    stray = pd.read_csv(DATA / "intent_guard.csv")
+    stray.loc[stray["id"].isin(["sb1", "kf2"]), "decision"] = "REJECT"
+    stray.to_csv(tmp_path / "stray_guard.csv", index=False)
+    monkeypatch.setattr(user_run, "build_items", lambda p, r: gated.copy())
+    folder = C.run_user_clusters(str(DATA / "clusters.csv"), [], "stray", str(user_params(tmp_path)),
+                                 str(tmp_path / "stray_guard.csv"), pool=NoLoad(None, None))
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (s["n_rejected"], s["n_confused"], s["verdict"]) == (17, 2, "follows intents")
 
 
 def test_the_verdict_rows_are_the_default_runs_arm_rows(tmp_path, monkeypatch, gated):

@@ -66,19 +66,24 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
     return pd.DataFrame(rows, columns=["line", "source", "id_a", "id_b", "label"])
 
 
-def precision_recall(same: np.ndarray, cosine: np.ndarray, theta: float, alpha: float = 0.05) -> dict[str, float]:
-    """The rule "cosine > theta" against the labels: precision (labelled same among the pairs it calls same) and
-    recall (called same among the pairs labelled same), each with its Wilson interval."""
-    if not 0 < theta < 1:
-        raise ValueError(f"theta must be in (0, 1) (a cosine threshold), got {theta}")
-    same, called = np.asarray(same, dtype=bool), np.asarray(cosine) > theta
+def called_precision_recall(same: np.ndarray, called: np.ndarray, alpha: float = 0.05) -> dict[str, float]:
+    """Any rule's calls against the labels: precision (labelled same among the pairs it calls same) and recall (called
+    same among the pairs labelled same), each with its Wilson interval."""
+    same, called = np.asarray(same, dtype=bool), np.asarray(called, dtype=bool)
     tp, n_called, n_same = int((same & called).sum()), int(called.sum()), int(same.sum())
-    out = {"theta": theta, "n_pairs": len(same), "n_same": n_same, "n_called": n_called, "true_positive": tp}
+    out = {"n_pairs": len(same), "n_same": n_same, "n_called": n_called, "true_positive": tp}
     for name, k, n in (("precision", tp, n_called), ("recall", tp, n_same)):
         r = stats.wilson(k, n, alpha) if n else None
         out.update({name: r.rate if r else np.nan, f"{name}_lo": r.lo if r else np.nan,
                     f"{name}_hi": r.hi if r else np.nan})
     return out
+
+
+def precision_recall(same: np.ndarray, cosine: np.ndarray, theta: float, alpha: float = 0.05) -> dict[str, float]:
+    """The rule "cosine > theta" against the labels (``called_precision_recall``)."""
+    if not 0 < theta < 1:
+        raise ValueError(f"theta must be in (0, 1) (a cosine threshold), got {theta}")
+    return {"theta": theta, **called_precision_recall(same, np.asarray(cosine) > theta, alpha)}
 
 
 #: The theta grid of the rule table: 0.600 to 0.950 in steps of 0.025.

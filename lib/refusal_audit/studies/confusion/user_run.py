@@ -30,6 +30,7 @@ from ...config import ParamsError, testbed_note
 from ...paths import run_dir, study_dir
 from . import analysis, arm_verdict, gates, meaning
 from . import clusters as cl
+from . import same_meaning_judge as J
 from .params import NAME, confusion_params
 from .stages import build_items, generate, judge, preflight, prompts
 from .verdicts import _null_words, gate_verdict
@@ -94,6 +95,9 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
             model_lib.resolve(pool.spec(name).source)
         p = dataclasses.replace(p, studies={**p.studies, NAME: dataclasses.replace(c, models=model_names)})
         preflight(p, pool)
+    if c.same_meaning_judge:  # the sheet's pre-labelling model found before any work
+        pool = pool or model_lib.Pool(p.models, device=p.device)
+        model_lib.resolve(pool.spec(c.same_meaning_judge).source)
     folder, tables = run_dir(run_name), study_dir(run_name, NAME)
     items = build_items(p, rows)
     store.write_atomic(items, tables / "items.parquet")
@@ -123,12 +127,27 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     (folder / arm_verdict.SHEET).unlink(missing_ok=True)
     sheet = arm_verdict.write_sheet(folder / arm_verdict.SHEET, items,
                                      arm_verdict.sheet_pairs(items, per_prompt, cp), p.seed)
+    judge_line = pre_label(sheet, p, pool) if sheet is not None and c.same_meaning_judge else None
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
     gate = gate_verdict(p.studies[NAME].gates, gates.gate_drops(items),
                               gates.gate_accuracy(items, p.studies[NAME].gates))
-    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate, pairs_csv,
-                 null, sheet)
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv,
+                 gate + ([judge_line] if judge_line else []), pairs_csv, null, sheet)
     return folder
+
+
+def pre_label(sheet: Path, p, pool) -> str:
+    """The params' same-meaning judge's labels beside each row of the blind sheet (``judge_label``,
+    ``judge_p_same``; the person's ``label`` stays empty) and its measured error on the labelled pairs, in words."""
+    from ... import models as model_lib  # lazy: keeps torch, transformers off this module
+
+    name = p.studies[NAME].same_meaning_judge
+    pool = pool or model_lib.Pool(p.models, device=p.device)
+    judge = J.build(*pool.load(name))
+    rows = pd.read_csv(sheet, dtype=str, keep_default_na=False)
+    rows = pd.concat([rows, J.judge_pairs(judge, rows["seed_a"].tolist(), rows["seed_b"].tolist())], axis=1)
+    rows.to_csv(sheet, index=False)
+    return J.words(J.measured(judge), name)
 
 
 def population(group: str) -> str:
