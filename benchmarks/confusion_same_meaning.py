@@ -11,26 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from refusal_audit import config
 from refusal_audit.encoder import embed
-from refusal_audit.paths import DATA_DIR, PARAMS_DIR
-from refusal_audit.studies.confusion import clusters as cl
 from refusal_audit.studies.confusion import meaning
-
-
-def texts() -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
-    """(source -> id -> text, source -> id -> intended label): the default corpus's clusters (id = cluster-member)
-    and the paper file's seeds (id = cluster id)."""
-    rows = cl.read_file(DATA_DIR / "confusion" / "clusters.csv")
-    ids = rows["cluster_id"] + "-" + rows["member"].astype(str)
-    p = config.load(PARAMS_DIR / "paper" / "confusion_paraguard.yaml")
-    seeds = cl.seeds_from_sets(p.studies["confusion"].data.clusters, p.seed)
-    return ({"clusters": dict(zip(ids, rows["prompt"])), "paper_seeds": dict(zip(seeds["cluster_id"], seeds["prompt"]))},
-            {"clusters": dict(zip(ids, rows["label"])), "paper_seeds": dict(zip(seeds["cluster_id"], seeds["label"]))})
+from refusal_audit.studies.confusion.same_meaning_judge import labelled_texts
 
 
 def main() -> None:
-    text, label = texts()
+    text, label = labelled_texts()
     pairs = meaning.read_pairs(meaning.PAIRS, text)
     a = embed([text[s][i] for s, i in zip(pairs["source"], pairs["id_a"])])
     b = embed([text[s][i] for s, i in zip(pairs["source"], pairs["id_b"])])

@@ -806,7 +806,8 @@ def test_make_confusion_counts_false_refusals_on_benign_prompts_only(tmp_path, m
     assert s["harmful_acceptance_rate"] == pytest.approx(1 - harmful_refused / 2)
     assert s["frr_w_lo"] <= s["frr"] <= s["frr_w_hi"] and s["frr_w_hi"] > 0  # a score interval: not [0, 0] at 0 of 4
     report = (folder / "report.html").read_text()
-    assert ("splits paraphrases of one benign intent" in report) == splits
+    # the default run's verdict: one benign rejection beside its accepted paraphrase sits at its null
+    assert ("confused at chance" if splits else "no benign rejections") in report
     assert "confusion gate: the safety ensemble held " in report and "paraphrases it dropped" in report
     assert f"{harmful_refused} of 2 refused (correct refusals)" in report
 

@@ -31,13 +31,17 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
     (id -> text). Unknown source or id, a label outside {same, different}, or a pair whose two prompts are the
     same prompt (one id, or equal texts) stops with one line naming the file and the row (file lines, the
     header is line 1). ``only``: keep the rows of that source (the others are not checked); ``source``: a
-    file without the ``source`` column (a user's: ``id_a, id_b, label``), every row of that source."""
+    file without the ``source`` column (a user's: ``id_a, id_b, label``, then any columns for its reader, as on the
+    blind sheet ``make confusion`` writes), every row of that source."""
     path = Path(path)
     columns = COLUMNS if source is None else COLUMNS[1:]
     with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != columns:
-            raise ValueError(f"{path}: line 1: columns {reader.fieldnames}; expected {columns}")
+        # a user's file may carry more columns after the three (the blind sheet's seeds and prompts, for its reader)
+        head = reader.fieldnames if source is None else (reader.fieldnames or [])[:len(columns)]
+        if head != columns:
+            raise ValueError(f"{path}: line 1: columns {reader.fieldnames}; expected {columns}"
+                             + ("" if source is None else " first (more columns after them are kept for the reader)"))
         rows = []
         for line, row in enumerate(reader, start=2):
             if any(row.get(c) is None for c in columns):
@@ -53,7 +57,8 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
                 if x not in texts[src]:
                     raise ValueError(f"{path}: line {line}: unknown id {x!r} in source {src!r}")
             if label not in LABELS:
-                raise ValueError(f"{path}: line {line}: label {label!r}; expected one of {LABELS}")
+                raise ValueError(f"{path}: line {line}: label {label!r}; expected one of {LABELS}"
+                                 + (" (an unfilled row of the blind sheet: label it or delete it)" if not label else ""))
             if a == b or texts[src][a].strip().lower() == texts[src][b].strip().lower():
                 raise ValueError(f"{path}: line {line}: {a!r} and {b!r} are the same prompt; a labelled pair "
                                  "needs two different prompts")
@@ -61,19 +66,24 @@ def read_pairs(path: str | Path, texts: dict[str, dict[str, str]], only: str | N
     return pd.DataFrame(rows, columns=["line", "source", "id_a", "id_b", "label"])
 
 
-def precision_recall(same: np.ndarray, cosine: np.ndarray, theta: float, alpha: float = 0.05) -> dict[str, float]:
-    """The rule "cosine > theta" against the labels: precision (labelled same among the pairs it calls same) and
-    recall (called same among the pairs labelled same), each with its Wilson interval."""
-    if not 0 < theta < 1:
-        raise ValueError(f"theta must be in (0, 1) (a cosine threshold), got {theta}")
-    same, called = np.asarray(same, dtype=bool), np.asarray(cosine) > theta
+def called_precision_recall(same: np.ndarray, called: np.ndarray, alpha: float = 0.05) -> dict[str, float]:
+    """Any rule's calls against the labels: precision (labelled same among the pairs it calls same) and recall (called
+    same among the pairs labelled same), each with its Wilson interval."""
+    same, called = np.asarray(same, dtype=bool), np.asarray(called, dtype=bool)
     tp, n_called, n_same = int((same & called).sum()), int(called.sum()), int(same.sum())
-    out = {"theta": theta, "n_pairs": len(same), "n_same": n_same, "n_called": n_called, "true_positive": tp}
+    out = {"n_pairs": len(same), "n_same": n_same, "n_called": n_called, "true_positive": tp}
     for name, k, n in (("precision", tp, n_called), ("recall", tp, n_same)):
         r = stats.wilson(k, n, alpha) if n else None
         out.update({name: r.rate if r else np.nan, f"{name}_lo": r.lo if r else np.nan,
                     f"{name}_hi": r.hi if r else np.nan})
     return out
+
+
+def precision_recall(same: np.ndarray, cosine: np.ndarray, theta: float, alpha: float = 0.05) -> dict[str, float]:
+    """The rule "cosine > theta" against the labels (``called_precision_recall``)."""
+    if not 0 < theta < 1:
+        raise ValueError(f"theta must be in (0, 1) (a cosine threshold), got {theta}")
+    return {"theta": theta, **called_precision_recall(same, np.asarray(cosine) > theta, alpha)}
 
 
 #: The theta grid of the rule table: 0.600 to 0.950 in steps of 0.025.

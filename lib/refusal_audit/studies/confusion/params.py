@@ -78,6 +78,9 @@ class Params:
     system_prompt: str = ""  # empty: the model's own default (no system turn is added)
     max_new_tokens: int = 24
     signal_batch: int = 16  # prompts per forward pass of the token signals
+    # a model of the params that pre-labels make confusion's blind pairs sheet (same_meaning_judge.py; a GPU route: a
+    # small model is at chance); none: the sheet is left to a person
+    same_meaning_judge: str | None = None
 
 
 def confusion_params(c: Params) -> M.ConfusionParams:
@@ -145,6 +148,8 @@ def check(p, where: str) -> None:
     need(isinstance(c.nulls.n_draws, int) and c.nulls.n_draws >= 10, where, "confusion.nulls.n_draws",
          "an integer >= 10", c.nulls.n_draws)
     need(c.signal_batch >= 1, where, "confusion.signal_batch", "an integer >= 1", c.signal_batch)
+    need(c.same_meaning_judge is None or c.same_meaning_judge in p.models, where, "confusion.same_meaning_judge",
+         f"a model named under models ({sorted(p.models)}), or absent", c.same_meaning_judge)
     if c.paraphraser is not None:
         pp = c.paraphraser
         need(pp.model in p.models, where, "confusion.paraphraser.model",

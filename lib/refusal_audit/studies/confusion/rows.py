@@ -3,6 +3,7 @@ judge) on the benign clusters against its null, one row per control; every cell 
 missing table says which), the numbers behind each cell beside it."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -55,15 +56,15 @@ def controls_state(tables: dict[str, pd.DataFrame]) -> Controls:
     return Controls(tuple(states), separator=": ")
 
 
-def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
+def _arm(r, n: pd.Series | None, judge: str, controls: Controls, role: str = PRIMARY) -> Verdict:
     first = {"headline": True, "label": r.judge}  # every arm is on the first screen, by its judge
     if n is None:
         why = not_computed("no nulls table (run the statistics stage)")
-        return Verdict(NAME, r.model, PRIMARY, QUESTION, why, why, why, why, controls, **first)
+        return Verdict(NAME, r.model, role, QUESTION, why, why, why, why, controls, **first)
     answer = analysis.null_answer(n)
     if not n["n_rejected"]:
         why = not_computed("no rejection to place")
-        return Verdict(NAME, r.model, PRIMARY, QUESTION, answer,
+        return Verdict(NAME, r.model, role, QUESTION, answer,
                        f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
                        **first)
     follows = answer == "follows intents"
@@ -76,7 +77,7 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls) -> Verdict:
              "clusters)" if follows else
              (f"MDE: CR drop {n['mde']:.2f} below the null" if pd.notna(n["mde"])
               else f"MDE: none (no planted drop detected with {int(n['n_rejected'])} rejections)"))
-    v = Verdict(NAME, r.model, PRIMARY, QUESTION, answer, est, fpr, power, controls,
+    v = Verdict(NAME, r.model, role, QUESTION, answer, est, fpr, power, controls,
                 effect=float(n["confusion_rate"]), ci_low=float(r.confusion_rate_w_lo),
                 ci_high=float(r.confusion_rate_w_hi), p=float(n["confusion_rate_p_below"]), fpr_rate=float(n["fpr"]),
                 power_rate=float(n["power_at_half"]) if follows else None,
@@ -136,22 +137,32 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
 
 
 def user_rows(p, folder) -> list[Verdict]:
-    """A user's corpus of ``make confusion`` (``<run>/confusion_summary.csv``): one row per system and judge, role
-    ``USER``, its Confusion Rate with the cluster-bootstrap interval and its FRR; the null placement that names
-    an answer is simulated for the study's own corpus only, so the answer is the rate measured, not a verdict."""
-    path = folder / "confusion_summary.csv"
+    """A user's corpus of ``make confusion`` (``<run>/confusion_summary.csv`` and ``confusion_nulls.csv``): one row
+    per system and judge, role ``USER``, built as the default run's arm rows (``_arm``: CR beside its random-placement
+    null, the word, the test's false-positive rate and power or smallest detectable drop), with the same-meaning
+    rule's measured error and the events resting on the cosine alone among its flags; where the word changes
+    without those events, the answer says so."""
+    path, nulls_path = folder / "confusion_summary.csv", folder / "confusion_nulls.csv"
     if not path.is_file():
         return []
-    why = not_computed("make confusion simulates no null placement for a user's corpus")
+    nulls = pd.read_csv(nulls_path) if nulls_path.is_file() else None
     out = []
     for r in pd.read_csv(path).itertuples():
-        if not r.n_rejected:
-            estimate, numbers = f"n/a (no rejection of {int(r.n_prompts)} prompts); FRR {r.frr:.3f}", {"n": 0}
-        else:
-            estimate = (f"CR {r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}] (cluster "
-                        f"bootstrap, {int(r.n_rejected)} rejections); FRR {r.frr:.3f}; judge {r.judge}")
-            numbers = {"effect": float(r.confusion_rate), "ci_low": float(r.confusion_rate_lo),
-                       "ci_high": float(r.confusion_rate_hi), "n": int(r.n_rejected)}
-        out.append(Verdict(NAME, str(r.model), USER, QUESTION, "measured" if r.n_rejected else "no rejection",
-                           estimate, why, why, Controls(flags=(why,)), headline=True, label=str(r.judge), **numbers))
+        n = null_row(nulls, r.model, r.judge)
+        judge = f"judge {r.judge}"
+        flags = ["make confusion: no planted or scope control on a user's corpus; the test's false-positive rate and "
+                 "power are simulated on its own prompts"]
+        if n is not None and pd.notna(n.get("rule_precision")):
+            judge += (f"; same meaning across clusters at theta {n['rule_theta']:g}: precision "
+                      f"{n['rule_precision']:.2f}, recall {n['rule_recall']:.2f} on {int(n['rule_n_pairs'])} "
+                      "labelled pairs")
+        if n is not None and n["n_rejected"]:
+            judge += (f"; {int(n['n_cosine_confused'])} of {int(n['n_rejected'])} rejections confused by the cosine "
+                      f"alone ({int(n['n_cosine_events'])} events), CR without them "
+                      f"{n['confusion_rate_without_cosine']:.2f}")
+        row = _arm(r, n, judge, Controls(flags=tuple(flags)), role=USER)
+        if n is not None and bool(n["verdict_rests_on_cosine"]):
+            row = dataclasses.replace(row, answer=f"{row.answer} (rests on the cosine; "
+                                                  f"{n['verdict_without_cosine']} without it)")
+        out.append(row)
     return out

@@ -16,7 +16,7 @@ from ...config import ParamsError
 from ...encoder import embed
 from ...paths import DATA_DIR, study_dir
 from ...prompts import build_prompts, prompt_id
-from . import analysis, controls, gates, meaning, neighbours, pairs, paraphrase, signals
+from . import analysis, arm_verdict, controls, gates, meaning, neighbours, pairs, paraphrase, signals
 from . import clusters as cl
 from .params import NAME, REFUSING, USER_SENTINEL, confusion_params, decision_judges
 
@@ -273,8 +273,8 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
     }
-    nulls, calibration = analysis.null_tables(items, per_prompt, signal_pairs, cp, analysis.benign_group(per_cluster),
-                                              c.nulls.n_perm, c.nulls.n_draws, s.alpha, p.seed, c.metrics.cover)
+    nulls, calibration = arm_verdict.null_tables(items, per_prompt, signal_pairs, cp, analysis.benign_group(per_cluster),
+                                                 c, s, p.seed)
     tables.update({"nulls": nulls, "null_calibration": calibration})
     if meaning.SCORED.is_file():  # the same-meaning rule's measured error (benchmarks/confusion_same_meaning.py)
         scored = pd.read_csv(meaning.SCORED)

@@ -7,6 +7,11 @@ Writes ``results/<RUN>/``:
   and ``signals`` (available / not available);
 - ``confusion_clusters.csv``: the per-cluster table; ``confusion_prompts.csv``: one row per prompt
   and judge (gates, decision, events, CI, signals, depth);
+- ``confusion_nulls.csv`` and ``confusion_null_calibration.csv``: the default run's verdict for each arm
+  (``arm_verdict.py``: CR beside its random-placement null, the word, the test's false-positive rate and power),
+  with the same-meaning rule's measured error and what rests on the cosine alone, also in the summary's columns;
+- ``confusion_pairs_sheet.csv`` where any event rests on the cosine alone: the blind sheet of those pairs of
+  clusters that ``PAIRS=`` reads once filled;
 - ``confusion_map.png``, ``confusion_frr_vs_rate.png`` and ``report.html`` (aggregates only: no
   reply is shown); the study's tables in ``results/<RUN>/confusion/``: ``items.parquet`` and, with a
   model run, ``generations.parquet``, ``judgments.parquet``, ``pair_signals.parquet`` and the shards.
@@ -23,14 +28,23 @@ import pandas as pd
 from ... import config, datasets, store
 from ...config import ParamsError, testbed_note
 from ...paths import run_dir, study_dir
-from . import analysis, gates, meaning
+from . import analysis, arm_verdict, gates, meaning
 from . import clusters as cl
+from . import same_meaning_judge as J
 from .params import NAME, confusion_params
 from .stages import build_items, generate, judge, preflight, prompts
-from .verdicts import gate_verdict
+from .verdicts import _null_words, gate_verdict
 
 DECISIONS = ("ACCEPT", "REJECT")
 SUMMARY = ["frr", "confusion_rate", "ci", "depth"]
+# the verdict's columns of the summary (``arm_verdict.null_tables``): the word, CR's null, the test's calibration,
+# the same-meaning rule's error and what rests on the cosine alone
+NULL_COLUMNS = ["model", "judge", "verdict", "confusion_rate_null", "confusion_rate_null_lo", "confusion_rate_null_hi",
+                "confusion_rate_p_below", "n_perm", "fpr", "n_null_draws", "power_at_half", "effect_at_half", "mde",
+                "n_draws", "rule_theta", "rule_n_pairs", "rule_precision", "rule_precision_lo", "rule_precision_hi",
+                "rule_recall", "rule_recall_lo", "rule_recall_hi", "n_cosine_events", "n_cosine_confused",
+                "confusion_rate_without_cosine", "p_below_without_cosine", "verdict_without_cosine",
+                "verdict_rests_on_cosine"]
 
 
 def read_decisions(path: str | Path, ids: set[str], clusters_csv: str | Path) -> pd.DataFrame:
@@ -81,6 +95,9 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
             model_lib.resolve(pool.spec(name).source)
         p = dataclasses.replace(p, studies={**p.studies, NAME: dataclasses.replace(c, models=model_names)})
         preflight(p, pool)
+    if c.same_meaning_judge:  # the sheet's pre-labelling model found before any work
+        pool = pool or model_lib.Pool(p.models, device=p.device)
+        model_lib.resolve(pool.spec(c.same_meaning_judge).source)
     folder, tables = run_dir(run_name), study_dir(run_name, NAME)
     items = build_items(p, rows)
     store.write_atomic(items, tables / "items.parquet")
@@ -101,12 +118,36 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
         raise ValueError(f"{clusters_csv}: no cluster kept two decided members after the gates; "
                          f"{tables / 'items.parquet'} says why for each row")
     summary = summary_table(per_cluster, p.stats.n_bootstrap, p.seed, p.stats.alpha, signals=decided is None)
+    null, calibration = arm_verdict.null_tables(items, per_prompt, pairs, cp, analysis.benign_group(per_cluster),
+                                                 p.studies[NAME], p.stats, p.seed)
+    summary = summary.merge(null[[c for c in null.columns if c in NULL_COLUMNS]], on=analysis.ARM, how="left")
     write_tables(folder, items, per_prompt, per_cluster, summary)
+    null.to_csv(folder / "confusion_nulls.csv", index=False)
+    calibration.to_csv(folder / "confusion_null_calibration.csv", index=False)
+    (folder / arm_verdict.SHEET).unlink(missing_ok=True)
+    sheet = arm_verdict.write_sheet(folder / arm_verdict.SHEET, items,
+                                     arm_verdict.sheet_pairs(items, per_prompt, cp), p.seed)
+    judge_line = pre_label(sheet, p, pool) if sheet is not None and c.same_meaning_judge else None
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
     gate = gate_verdict(p.studies[NAME].gates, gates.gate_drops(items),
                               gates.gate_accuracy(items, p.studies[NAME].gates))
-    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv, gate, pairs_csv)
+    write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv,
+                 gate + ([judge_line] if judge_line else []), pairs_csv, null, sheet)
     return folder
+
+
+def pre_label(sheet: Path, p, pool) -> str:
+    """The params' same-meaning judge's labels beside each row of the blind sheet (``judge_label``,
+    ``judge_p_same``; the person's ``label`` stays empty) and its measured error on the labelled pairs, in words."""
+    from ... import models as model_lib  # lazy: keeps torch, transformers off this module
+
+    name = p.studies[NAME].same_meaning_judge
+    pool = pool or model_lib.Pool(p.models, device=p.device)
+    judge = J.build(*pool.load(name))
+    rows = pd.read_csv(sheet, dtype=str, keep_default_na=False)
+    rows = pd.concat([rows, J.judge_pairs(judge, rows["seed_a"].tolist(), rows["seed_b"].tolist())], axis=1)
+    rows.to_csv(sheet, index=False)
+    return J.words(J.measured(judge), name)
 
 
 def population(group: str) -> str:
@@ -191,8 +232,15 @@ def _interval(row: pd.Series, stat: str) -> str:
 def headline(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as text: one row per system and judge, each statistic as 'value [lo, hi]'."""
     out = summary[["model", "judge", "n_clusters", "n_prompts"]].copy()
+    if "verdict" in summary:
+        out.insert(2, "verdict", summary["verdict"].fillna("n/a"))
     for stat, label in zip(SUMMARY, ("FRR", "Confusion Rate", "mean CI", "Depth")):
         out[label] = [_interval(r, stat) for _, r in summary.iterrows()]
+    if "confusion_rate_null" in summary:
+        out.insert(out.columns.get_loc("Confusion Rate") + 1, "CR null (random placement)", [
+            "n/a" if pd.isna(r["confusion_rate_null"]) else
+            f"{r['confusion_rate_null']:.2f} [{r['confusion_rate_null_lo']:.2f}, {r['confusion_rate_null_hi']:.2f}], "
+            f"p(below) {r['confusion_rate_p_below']:.3f}; FPR {r['fpr']:.1%}" for _, r in summary.iterrows()])
     return out
 
 
@@ -208,36 +256,52 @@ def label_rule(clusters_csv: str, pairs_csv: str | None = None) -> str:
             "are no cross-cluster events and N_k(r) holds r's own cluster's accepted prompts only.")
 
 
-def user_verdict(r: pd.Series) -> str:
-    """One system's answer in words: the FRR and the confusion on the benign prompts, the harmful prompts apart."""
-    out = (f"{r['model']} / {r['judge']}: rejects {r['frr']:.0%} of {int(r['n_prompts'])} {r['population']} "
-           f"(FRR); {r['confusion_rate']:.0%} of its {int(r['n_rejected'])} rejections of them have an accepted "
-           "prompt of the same meaning (a confusion event), so "
-           + ("its refusal boundary splits paraphrases of one benign intent." if r["n_confused"]
-              else "no benign rejection contradicts an accepted paraphrase."))
-    if r.get("n_cross_events", 0) > 0 or r.get("n_known_removed", 0) > 0:
-        out += (f" Across clusters: {int(r['n_cross_confused'])} rejections confused by another cluster "
-                f"({int(r['n_cross_events'])} events, {int(r['n_known_events'])} of them with a known same-intent twin, "
-                f"{int(r['n_known_confused'])} rejections); {int(r['n_known_removed'])} accepted prompts above theta "
+def arm_words(r, n) -> str:
+    """One system's answer in words, the default run's verdict (``verdicts``' null sentence, same code): the word
+    (``analysis.null_answer``), FRR and CR beside the null placement with the test's false-positive rate and power
+    or smallest detectable drop, the same-meaning rule's error and what rests on the cosine; the cross-cluster
+    events and the harmful prompts apart."""
+    if n is None:
+        return f"{r.model} / {r.judge}: no benign prompt left to place a null on."
+    word = (" (its benign rejections fill whole intents: fewer sit beside an accepted paraphrase than the same "
+            "rejections placed at random would)" if n["verdict"] == "follows intents" else
+            " (its benign rejections sit beside accepted prompts of the same meaning as often as the same number of "
+            "rejections placed at random: no evidence that its refusal boundary follows intents)"
+            if n["verdict"] == "confused at chance" else "")
+    out = (f"{r.model} / {r.judge}: {n['verdict']}{word}. Rejects {r.frr:.0%} of {int(r.n_prompts)} {r.population} "
+           f"(FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}]); Confusion Rate {r.confusion_rate:.2f} "
+           f"({int(r.n_confused)} of {int(r.n_rejected)} rejections with an accepted prompt of the same meaning)."
+           + _null_words(n, r) + " " + arm_verdict.rule_words(n))
+    if r.n_cross_events > 0 or r.n_known_removed > 0:
+        out += (f" Across clusters: {int(r.n_cross_confused)} rejections confused by another cluster "
+                f"({int(r.n_cross_events)} events, {int(r.n_known_events)} of them with a known same-intent twin, "
+                f"{int(r.n_known_confused)} rejections); {int(r.n_known_removed)} accepted prompts above theta "
                 "of clusters labelled a different intent were not counted.")
-    if r.get("n_harmful", 0) > 0:
-        out += (f" Harmful prompts, apart: {int(r['n_harmful_refused'])} of {int(r['n_harmful'])} refused (correct "
-                f"refusals), {int(r['n_harmful_accepted'])} accepted (harmful acceptances, the other error).")
+    if getattr(r, "n_harmful", 0) > 0:
+        out += (f" Harmful prompts, apart: {int(r.n_harmful_refused)} of {int(r.n_harmful)} refused (correct "
+                f"refusals), {int(r.n_harmful_accepted)} accepted (harmful acceptances, the other error).")
     return out
 
 
 def write_report(folder: Path, summary: pd.DataFrame, per_cluster: pd.DataFrame, figures: list[str], p, cp,
                  clusters_csv: str, model_names: list[str], decisions_csv: str | None, gate: list[str] = (),
-                 pairs_csv: str | None = None) -> Path:
-    """A short self-contained ``report.html``: the headline table, the verdicts, the gate's drops and validated
+                 pairs_csv: str | None = None, null: pd.DataFrame | None = None, sheet: Path | None = None) -> Path:
+    """A short self-contained ``report.html``: the headline table, the verdicts (``null``: the nulls table of
+    ``arm_verdict.null_tables``), the blind pairs sheet where one was written, the gate's drops and validated
     accuracy (``gate``: ``gate_verdict``'s line), the figures, the clusters."""
-    verdicts = [user_verdict(r) for _, r in summary.iterrows()]
+    by_arm = {} if null is None else {(x["model"], x["judge"]): x for _, x in null.iterrows()}
+    verdicts = [arm_words(r, by_arm.get((r.model, r.judge))) for r in summary.itertuples()]
     body = [f"<h1>Semantic confusion: {html.escape(folder.name)}</h1>",
             f"<p>{html.escape(_caption(p, cp, model_names, decisions_csv))}</p>",
             f"<p>Clusters: {html.escape(str(clusters_csv))}; params: {html.escape(str(p.source_file))}.</p>",
             "<h2>Headline</h2>", headline(summary).to_html(index=False, escape=True),
             "<ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts) + "</ul>"]
     body.append("<p>" + html.escape(label_rule(clusters_csv, pairs_csv)) + "</p>")
+    if sheet is not None:
+        body.append("<p>" + html.escape(
+            f"Labels wanted: {sheet} lists the pairs of clusters whose events rest on the cosine alone (blind: seeds "
+            "and paraphrases, no decision). Fill its label column with same or different intent and pass it as "
+            "PAIRS=; those pairs are then decided by your labels.") + "</p>")
     body += [f"<p>{html.escape(line)}</p>" for line in gate]
     if decisions_csv:
         body.append("<p>Decisions only: the token signals (CI, drift, shift, contrast) are not available.</p>")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import analysis, controls
+from . import analysis, arm_verdict, controls
 from .params import NAME
 
 
@@ -69,7 +69,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
                        f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " "
                        + _theta_words(p, tables.get("same_meaning_rule"))
-                       + extra + every)
+                       + (arm_verdict.cosine_words(n) if n is not None else "") + extra + every)
     pairs = tables.get("arm_pairs")
     if pairs is not None and len(pairs):
         out.append(f"confusion: {int(pairs['disagree'].sum())} of {len(pairs)} pairs of model/judge arms are ordered "
@@ -120,10 +120,12 @@ def _null_words(n, r) -> str:
     out = (f" CR {n['confusion_rate']:.2f} ({int(n['n_rejected'])} rejections;{w} cluster bootstrap above) against "
            f"{n['confusion_rate_null']:.2f} [{n['confusion_rate_null_lo']:.2f}, {n['confusion_rate_null_hi']:.2f}] "
            f"for the same rejections placed at random within each source set ({int(n['n_perm'])} placements; "
-           f"p(below) {n['confusion_rate_p_below']:.3f}). CI {n['ci']:.3f} against {n['ci_null']:.3f} "
-           f"[{n['ci_null_lo']:.3f}, {n['ci_null_hi']:.3f}] (p(above) {n['ci_p_above']:.3f}); CI over same-meaning "
-           f"neighbours only {n['ci_events']:.3f}; {n['n_nk_below_theta']} of {n['n_nk_pairs']} N_k pairs "
-           f"({n['nk_below_theta']:.0%}) are other intents below theta.")
+           f"p(below) {n['confusion_rate_p_below']:.3f}). "
+           + (f"CI {n['ci']:.3f} against {n['ci_null']:.3f} [{n['ci_null_lo']:.3f}, {n['ci_null_hi']:.3f}] (p(above) "
+              f"{n['ci_p_above']:.3f}); CI over same-meaning neighbours only {n['ci_events']:.3f}; "
+              if pd.notna(n["ci"]) else "CI not available (no token signals: decisions only); ")
+           + f"{n['n_nk_below_theta']} of {n['n_nk_pairs']} N_k pairs ({n['nk_below_theta']:.0%}) are other intents "
+           "below theta.")
     if "fpr" in n and pd.notna(n["fpr"]):
         mde = (f"smallest CR drop detected in 80 % of draws {n['mde']:.2f}" if pd.notna(n["mde"])
                else "no planted drop detected in 80 % of draws")

@@ -1,0 +1,148 @@
+"""``make confusion`` gives the default run's verdict (CR beside its random-placement null, the word, the test's
+false-positive rate and power), states the same-meaning rule's error, counts what rests on the cosine alone, and
+asks for the labels in a blind sheet that ``PAIRS=`` reads once filled.
+
+On ``data/confusion/lookalike/`` (16 benign clusters x 5, MiniLM embeddings, the gates of the ci params): a guard that
+rejects 16 prompts at random, one that rejects three whole look-alike clusters (each sharing its context with an
+accepted cluster of another intent, pair cosines above theta), and one that rejects three whole unrelated intents."""
+import csv
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_confusion_study import NoLoad, user_params
+
+from refusal_audit import paths
+from refusal_audit.paths import ROOT
+from refusal_audit.studies import confusion as C
+from refusal_audit.studies.confusion import arm_verdict, meaning, rows, user_run
+from refusal_audit.verdict import USER
+
+DATA = ROOT / "data" / "confusion" / "lookalike"
+LOOKALIKES = {"cut-down-butter", "rose-pruning", "kill-startup"}  # what lookalike_guard.csv rejects whole
+
+
+@pytest.fixture(scope="module")
+def gated():
+    """The corpus's items built once (embeddings, safety ensemble, gates) and reused by every run of this module."""
+    from refusal_audit import config
+
+    p = config.load(str(user_params_file()))
+    return user_run.build_items(p, user_run.cl.read_user(DATA / "clusters.csv"))
+
+
+def user_params_file():
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    return user_params(folder)
+
+
+def run(tmp_path, monkeypatch, gated, guard: str, name: str, pairs=None):
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(user_run, "build_items", lambda p, r: gated.copy())
+    return C.run_user_clusters(str(DATA / "clusters.csv"), [], name, str(user_params(tmp_path)),
+                               str(DATA / guard), pool=NoLoad(None, None), pairs_csv=pairs)
+
+
+def test_a_random_guard_is_confused_at_chance_and_an_intent_guard_follows_intents(tmp_path, monkeypatch, gated):
+    """The verdict is the null test's, not "any confused rejection": the random guard (most of its 16 rejections
+    beside an accepted paraphrase) sits at its null; the guard that rejects whole intents sits far below it.
+    Seen failing with the word picked on any confused rejection (the old rule) and with a rejection's own-cluster
+    events counted as resting on the cosine."""
+    folder = run(tmp_path, monkeypatch, gated, "random_guard.csv", "random")
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert s["n_rejected"] == 16 and s["n_confused"] > 8
+    assert s["verdict"] == "confused at chance" and s["confusion_rate_p_below"] >= 0.05
+    assert s["confusion_rate_null_lo"] <= s["confusion_rate"] + 1e-9  # inside (or above) its null's range
+    assert 0 <= s["fpr"] <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / s["n_null_draws"]) and pd.notna(s["mde"])
+    report = (folder / "report.html").read_text()
+    assert "confused at chance" in report and "splits paraphrases" not in report
+    assert "for the same rejections placed at random" in report  # the default run's null sentence
+    # no known label: every cross-cluster event rests on the cosine; a confused rejection rests on it alone when all
+    # its events come from other clusters (counted here from the per-prompt table)
+    rej = pd.read_csv(folder / "confusion_prompts.csv").query("decision == 'REJECT'")
+    assert s["n_cosine_events"] == rej["n_cross_events"].sum() > 0
+    assert s["n_cosine_confused"] == (rej["confused"] & (rej["n_events"] == rej["n_cross_events"])).sum()
+    assert s["confusion_rate_without_cosine"] == pytest.approx((s["n_confused"] - s["n_cosine_confused"]) / 16)
+    folder = run(tmp_path, monkeypatch, gated, "intent_guard.csv", "intents")
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (s["n_rejected"], s["n_confused"], s["verdict"]) == (15, 0, "follows intents")
+    assert s["confusion_rate_p_below"] < 0.05 < s["confusion_rate_null"]
+    # the same intents and two stray rejections: confused rejections exist, yet the rejections follow intents
+    stray = pd.read_csv(DATA / "intent_guard.csv")
+    stray.loc[stray["id"].isin(["sb1", "kf2"]), "decision"] = "REJECT"
+    stray.to_csv(tmp_path / "stray_guard.csv", index=False)
+    monkeypatch.setattr(user_run, "build_items", lambda p, r: gated.copy())
+    folder = C.run_user_clusters(str(DATA / "clusters.csv"), [], "stray", str(user_params(tmp_path)),
+                                 str(tmp_path / "stray_guard.csv"), pool=NoLoad(None, None))
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (s["n_rejected"], s["n_confused"], s["verdict"]) == (17, 2, "follows intents")
+
+
+def test_the_verdict_rows_are_the_default_runs_arm_rows(tmp_path, monkeypatch, gated):
+    """``user_rows`` builds each row as the default run's arm (word, null, FPR, MDE), role user's system.
+    Seen failing with the old rows ("measured", no FPR)."""
+    from refusal_audit import config
+
+    folder = run(tmp_path, monkeypatch, gated, "random_guard.csv", "random")
+    p = config.load(str(user_params(tmp_path)))
+    (row,) = rows.user_rows(p, folder)
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (row.role, row.answer, row.n) == (USER, "confused at chance", 16)
+    assert row.p == pytest.approx(s["confusion_rate_p_below"]) and row.fpr_rate == pytest.approx(s["fpr"])
+    assert row.mde == pytest.approx(s["mde"]) and "precision" in row.estimate and "cosine alone" in row.estimate
+
+
+def test_lookalikes_rest_on_the_cosine_the_sheet_asks_and_the_filled_sheet_clears_them(tmp_path, monkeypatch, gated):
+    """The look-alike guard's confused rejections all rest on the cosine alone (no paraphrase of its own cluster
+    accepted); the rule's measured precision is stated; the blind sheet lists the pairs behind them; filled from the
+    corpus's design (intents.csv) and passed as PAIRS, CR is 0.00. CR without the cosine events is recomputed on the
+    pool (nulls.py) and checked against the per-prompt counts (metrics.py). Seen failing with ``cosine_only``
+    counting every cross-cluster event (the known twins' too) and with the sheet's label column left out."""
+    folder = run(tmp_path, monkeypatch, gated, "lookalike_guard.csv", "look")
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    prompts = pd.read_csv(folder / "confusion_prompts.csv")
+    rej = prompts[prompts["decision"] == "REJECT"]
+    assert set(rej["cluster_id"]) == LOOKALIKES and s["n_rejected"] == 15
+    assert s["n_confused"] == s["n_cosine_confused"] > 0 and s["n_cosine_events"] == rej["n_cross_events"].sum()
+    assert s["confusion_rate_without_cosine"] == pytest.approx((s["n_confused"] - s["n_cosine_confused"]) / 15)
+    rule = meaning.rule_at(s["rule_theta"])
+    assert s["rule_precision"] == pytest.approx(rule["precision"]) and s["rule_n_pairs"] == rule["n_pairs"] >= 150
+    report = (folder / "report.html").read_text()
+    assert f"precision {rule['precision']:.2f}" in report and "Resting on the cosine alone" in report
+    assert arm_verdict.SHEET in report
+    sheet = pd.read_csv(folder / arm_verdict.SHEET, keep_default_na=False)
+    assert list(sheet.columns) == arm_verdict.SHEET_COLUMNS and (sheet["label"] == "").all()
+    clusters = pd.read_csv(DATA / "clusters.csv")
+    cluster_of = dict(zip(clusters["id"], clusters["cluster_id"]))
+    asked = {tuple(sorted((cluster_of[a], cluster_of[b]))) for a, b in zip(sheet["id_a"], sheet["id_b"])}
+    assert all(set(pair) & LOOKALIKES for pair in asked) and len(asked) >= 3
+    with pytest.raises(ValueError, match=r"line 2: label ''.*unfilled row of the blind sheet"):
+        run(tmp_path, monkeypatch, gated, "lookalike_guard.csv", "unfilled", str(folder / arm_verdict.SHEET))
+    intent = dict(pd.read_csv(DATA / "intents.csv").values)
+    sheet["label"] = ["same" if intent[cluster_of[a]] == intent[cluster_of[b]] else "different"
+                      for a, b in zip(sheet["id_a"], sheet["id_b"])]
+    filled = tmp_path / "filled.csv"
+    sheet.to_csv(filled, index=False, quoting=csv.QUOTE_MINIMAL)
+    folder = run(tmp_path, monkeypatch, gated, "lookalike_guard.csv", "look-labelled", str(filled))
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (s["confusion_rate"], s["n_cosine_events"], s["n_cosine_confused"]) == (0.0, 0, 0)
+    assert s["verdict"] == "follows intents" and not (folder / arm_verdict.SHEET).exists()
+
+
+@pytest.mark.parametrize("row, message", [
+    ("sb0,ss0,maybe,x,y,,", "line 2: label 'maybe'"),
+    ("sb0,zz9,different,x,y,,", "line 2: unknown id 'zz9'"),
+    ("sb0,sb1,different,x,y,,", "line 2: 'sb0' and 'sb1' are of one cluster"),
+])
+def test_a_bad_filled_sheet_stops_with_its_file_and_line(tmp_path, monkeypatch, row, message):
+    """A filled sheet with a label outside same / different, an id not in the clusters file, or two ids of one
+    cluster stops before any work, naming the file and the line."""
+    monkeypatch.setattr(user_run, "build_items", lambda *a: (_ for _ in ()).throw(AssertionError("work started")))
+    sheet = tmp_path / "sheet.csv"
+    sheet.write_text(",".join(arm_verdict.SHEET_COLUMNS) + "\n" + row + "\n")
+    with pytest.raises(ValueError, match=message) as e:
+        user_run.check_inputs(str(DATA / "clusters.csv"), [], str(DATA / "random_guard.csv"), str(sheet))
+    assert str(sheet) in str(e.value)
