@@ -153,9 +153,10 @@ def test_a_users_guard_reaches_the_runs_table_beside_every_study(tmp_path, monke
     assert pipeline.add_user_rows("kv", "elsewhere", str(PARAMS_DIR / "default.yaml")) == []  # nothing brought
 
 
-def test_a_users_corpus_is_a_row_per_system_and_judge_and_no_rejection_reads_n_a(tmp_path):
-    """``make confusion`` on a user's clusters: its Confusion Rate per system and judge with its interval; a judge
-    that rejected nothing has no rate (n/a), never "0.000 [no interval]"."""
+def test_a_users_corpus_without_its_null_test_is_a_row_per_system_and_judge_said_not_computed(tmp_path):
+    """``make confusion`` on a user's clusters: one row per system and judge; a summary without the null test's
+    table (confusion_nulls.csv) gives no verdict word: each row says it was not computed and why, never a bare rate
+    (the verdict with its null is tested on a user's corpus in test_confusion_user_verdict)."""
     p = config.load(PARAMS_DIR / "default.yaml")
     pd.DataFrame([{"model": "mine", "judge": "keyword", "n_prompts": 30, "n_rejected": 6, "frr": 0.2,
                    "confusion_rate": 0.5, "confusion_rate_lo": 0.2, "confusion_rate_hi": 0.8},
@@ -163,8 +164,8 @@ def test_a_users_corpus_is_a_row_per_system_and_judge_and_no_rejection_reads_n_a
                    "confusion_rate": 0.0, "confusion_rate_lo": float("nan"), "confusion_rate_hi": float("nan")}]
                  ).to_csv(tmp_path / "confusion_summary.csv", index=False)
     rows = studies.get("confusion").user_rows(p, tmp_path)
-    assert [(r.role, r.label, r.answer, r.effect, r.ci_low, r.n) for r in rows] == [
-        (USER, "keyword", "measured", 0.5, 0.2, 6), (USER, "learned_refusal", "no rejection", None, None, 0)]
-    assert rows[1].estimate.startswith("n/a (no rejection of 30 prompts)")
+    assert [(r.role, r.label, r.effect, r.n) for r in rows] == [
+        (USER, "keyword", None, None), (USER, "learned_refusal", None, None)]
+    assert all("no nulls table" in r.answer for r in rows)
     verdict_table.add(p, rows, tmp_path / "stats")
     report_page.check_numbers(tmp_path / "stats" / verdict_table.FILE)

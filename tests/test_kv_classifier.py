@@ -131,9 +131,14 @@ def test_make_check_names_the_judge_model(tmp_path, monkeypatch, capsys):
     models._config.cache_clear()
 
 
-def test_make_plan_names_the_judge_model():
+def test_make_plan_names_the_judge_model(tmp_path, monkeypatch):
+    """On a machine without the classifier (an empty hub cache: the module's stand-in fixture may hold the id's
+    cache while this test runs, and the plan reads a cached model's own size), the plan sizes it from its table."""
+    import huggingface_hub.constants as hf
+
     from refusal_audit import plan
 
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(tmp_path))
     text = plan.report(config.load(PAPER))
     line = next(x for x in text.splitlines() if x.strip().startswith("harmbench-cls: cais/"))
     assert f"harmbench-cls: {HUB_ID}, 13B parameters, about 26 GB of weights in bfloat16; " in line

@@ -180,9 +180,16 @@ def grid(p) -> pd.DataFrame:
 
 
 # --- the cost model --------------------------------------------------------------------------------------------
-@functools.cache
 def shape(source: str) -> model_shape.Shape | None:
-    """The model's own shape, read once per source (None: not on this machine, or not readable)."""
+    """The model's own shape, read once per source and Hugging Face cache folder (a hub id is read from the cache
+    that holds it; None: not on this machine, or not readable)."""
+    import huggingface_hub.constants as hub
+
+    return _shape(source, str(hub.HF_HUB_CACHE))
+
+
+@functools.cache
+def _shape(source: str, hub_cache: str) -> model_shape.Shape | None:
     try:
         return model_shape.read(source)
     except (OSError, ValueError, KeyError) as e:  # a broken file is make check's to name; the plan falls back
