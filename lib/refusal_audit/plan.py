@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub.constants as hub
 import numpy as np
 import pandas as pd
 
@@ -183,8 +184,6 @@ def grid(p) -> pd.DataFrame:
 def shape(source: str) -> model_shape.Shape | None:
     """The model's own shape, read once per source and Hugging Face cache folder (a hub id is read from the cache
     that holds it; None: not on this machine, or not readable)."""
-    import huggingface_hub.constants as hub
-
     return _shape(source, str(hub.HF_HUB_CACHE))
 
 
