@@ -1,7 +1,8 @@
 """The same-meaning judge (``studies/confusion/same_meaning_judge.py``) end to end on the embedded SmolLM2-135M: its
-answers on the repository's 151 hand-labelled pairs, precision and recall counted here by hand, and the blind sheet
-of ``make confusion`` pre-labelled with the judge's measured error in the report. The route is proven here, not the
-judge: measured, the embedded model calls 62 of the 151 pairs the same, precision 0.44 [0.32, 0.56], recall 0.57
+answers on a stratified 24 of the repository's 151 hand-labelled pairs (the whole set takes the model ~2.5 minutes on
+two cores: ``benchmarks/confusion_same_meaning_judge.py`` measures it), precision and recall counted here by hand, and
+the blind sheet of ``make confusion`` pre-labelled with the judge's measured error in the report. The route is proven
+here, not the judge: on all 151 pairs the embedded model calls 62 the same, precision 0.44 [0.32, 0.56], recall 0.57
 [0.43, 0.70] (the cosine at 0.70: 0.36 and 0.72), weakly above chance (Fisher's exact p 0.007), far from a label."""
 import pandas as pd
 import pytest
@@ -12,13 +13,30 @@ from test_confusion_user_verdict import DATA
 
 from refusal_audit import paths
 from refusal_audit.studies import confusion as C
-from refusal_audit.studies.confusion import arm_verdict, user_run
+from refusal_audit.studies.confusion import arm_verdict, meaning, user_run
 from refusal_audit.studies.confusion import same_meaning_judge as J
+
+SUBSET = 12  # labelled pairs of each label the tests judge
+
+
+@pytest.fixture(scope="module", autouse=True)
+def few_pairs(tmp_path_factory):
+    """The first ``SUBSET`` same and ``SUBSET`` different pairs of the labelled file, in its place for this module
+    (the judge's per-process answers are cleared before and after, so no other module sees the subset's)."""
+    rows = pd.read_csv(meaning.PAIRS)
+    path = tmp_path_factory.mktemp("pairs") / "same_meaning_pairs.csv"
+    rows.groupby("label", sort=False).head(SUBSET).to_csv(path, index=False)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(meaning, "PAIRS", path)
+    J._ANSWERS.clear()
+    yield path
+    J._ANSWERS.clear()
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
 def judged(embedded):
-    """The judge's answers on the 151 labelled pairs (computed once; ``measured`` and ``make confusion`` reuse them)."""
+    """The judge's answers on the labelled pairs (computed once; ``measured`` and ``make confusion`` reuse them)."""
     judge = J.build(*embedded)
     pairs, a, b, got = J.labelled_answers(judge)
     return pairs, a, b, got, judge
@@ -33,7 +51,7 @@ def test_the_judges_precision_and_recall_on_the_labelled_pairs(judged):
     table = pd.crosstab(same, called).reindex(index=[False, True], columns=[False, True], fill_value=0)
     print(J.words(m, "smollm2-135m"), "crosstab (label same x called same):", table.to_numpy().tolist(),
           "Fisher p", fisher_exact(table.to_numpy())[1])
-    assert m["n_pairs"] == len(pairs) == 151 and m["n_called"] == called.sum()
+    assert m["n_pairs"] == len(pairs) == 2 * SUBSET and m["n_called"] == called.sum()
     assert m["precision"] == pytest.approx((same & called).sum() / called.sum())
     assert m["recall"] == pytest.approx((same & called).sum() / same.sum())
 

@@ -8,7 +8,7 @@ import pytest
 
 from refusal_audit import config, paths, stats
 from refusal_audit.studies import policy as study
-from refusal_audit.studies.policy import analysis, design, following, lexicon, plan, simulation, stages, user_guard
+from refusal_audit.studies.policy import analysis, design, following, lexicon, plan, power, simulation, stages, user_guard
 from refusal_audit.studies.policy import answers as guard_answers
 from refusal_audit.studies.policy.rows import verdict_rows
 from refusal_audit.verdict import Verdict
@@ -622,8 +622,9 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     bench = split[split["role"] == "benchmark"]
     n_disputed = int((bench["unsafe_a"] != bench["unsafe_b"]).sum())
     seen = []
-    real = simulation.disputed_for_power
-    monkeypatch.setattr(simulation, "disputed_for_power", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    real = power.disputed_for_power
+    monkeypatch.setattr(power, "disputed_for_power", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    monkeypatch.setattr(power, "POWER_FILE", power.POWER_FILE.with_name("absent.csv"))  # simulated here, not read
     lines = plan.plan_notes(p)
     assert lines[0].startswith(f"policy: {n_disputed} disputed benchmark rows") and "12.9%" in lines[0]
     need = seen[0].set_index("profile")
@@ -638,6 +639,28 @@ def test_make_plan_prints_the_disputed_items_and_the_rules_power(monkeypatch):
     v = simulation.simulate(table, simulation.stratum_profiles(table)["follows_B_borderline"][2], simulation.CALIBRATION_DRAWS,
                          0.05, 0).verdict
     assert need.loc["follows_B_borderline", "power"] == (v == 1).mean()
+
+
+def test_make_plan_reads_the_committed_power_lines_of_every_shipped_params_file(monkeypatch):
+    """Every shipped params file with a policy study finds its power lines in the committed table (so make plan
+    spends no minute simulating them), read back without a simulation; rows whose strata differ (one disputed item
+    fewer) miss the key and are simulated. Seen failing with a key that ignores the item counts."""
+    committed = pd.read_csv(power.POWER_FILE)
+    for path in sorted(paths.PARAMS_DIR.rglob("*.yaml")):
+        p = config.load(path)
+        if study.NAME in p.studies:
+            split = stages.pool(p)
+            bench = split[split["role"] == "benchmark"]
+            key = power.power_key(bench, p.stats.alpha, p.seed)
+            assert key in set(committed["key"]), f"{path}: rerun benchmarks/policy_disputed_power.py"
+    monkeypatch.setattr(power, "disputed_for_power", lambda *a, **k: pytest.fail("simulated a committed line"))
+    got = power.run_disputed_for_power(bench, p.stats.alpha, p.seed)
+    want = committed[committed["key"] == key].drop(columns="key").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    fewer = bench.drop(index=bench.index[(bench["unsafe_a"] != bench["unsafe_b"]).to_numpy()][:1])
+    assert power.power_key(fewer, p.stats.alpha, p.seed) not in set(committed["key"])
+    monkeypatch.setattr(power, "disputed_for_power", lambda *a, **k: "simulated")
+    assert power.run_disputed_for_power(fewer, p.stats.alpha, p.seed) == "simulated"
 
 
 def test_verdict_rows_fill_every_cell_from_the_tables(rows, pool_items):

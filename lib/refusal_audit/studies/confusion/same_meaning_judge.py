@@ -6,7 +6,7 @@ instruction model). ``make confusion`` then pre-labels its blind pairs sheet (``
 person's ``label`` left empty: the sheet stays the person's to fill) and prints the judge's precision and recall on
 the repository's 151 hand-labelled pairs (``data/confusion/same_meaning_pairs.csv``) beside its labels, so a reader
 sees how far its pre-labels can be trusted. On the embedded SmolLM2-135M (measured in
-``tests/test_confusion_same_meaning_judge.py``) it has precision 0.44 and recall 0.57, weakly above chance and far
+``benchmarks/confusion_same_meaning_judge.py``) it has precision 0.44 and recall 0.57, weakly above chance and far
 from a label: the route is proven end to end there, not the judge.
 """
 from __future__ import annotations

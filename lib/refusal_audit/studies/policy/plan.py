@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import plan as P
-from . import simulation
+from . import power, simulation
 from .params import NAME
 from .stages import pool
 
@@ -29,14 +29,14 @@ def plan(p) -> pd.DataFrame:
 def plan_notes(p) -> list[str]:
     """``make plan``: the disputed items a verdict rests on (benchmark rows whose binary labels under A
     and B differ, before the audit drops contaminated ones), their categories, the pool's binary
-    disagreement, and the power of the verdict rule itself (``simulation.disputed_for_power``: the
+    disagreement, and the power of the verdict rule itself (``power.run_disputed_for_power``: the
     calibration's simulation, ``simulation.CALIBRATION_DRAWS`` guards per profile) at the disputed items
     available and the disputed items it needs for 80 % power."""
     split = pool(p)
     bench = split[split["role"] == "benchmark"]
     d = bench[bench["unsafe_a"] != bench["unsafe_b"]]
     cats = d.groupby(["benchmark", "rule_a", "rule_b"]).size()
-    need = simulation.disputed_for_power(bench, p.stats.alpha, p.seed)
+    need = power.run_disputed_for_power(bench, p.stats.alpha, p.seed)
     return [f"policy: {len(d)} disputed benchmark rows (before the audit) in {d['benchmark'].nunique()} benchmarks and "
             f"{len(cats)} categories (benchmark x rule under A x rule under B); binary A/B disagreement on the pool "
             f"{(split['unsafe_a'] != split['unsafe_b']).mean():.1%}",

@@ -1,7 +1,6 @@
 """How far the policy verdict can be trusted: the rule (``following``) on simulated guards of known profile on
 the run's own items (``calibration``: ``stats/policy/verdict_calibration.csv``), in one sentence
-(``trust_line``), and the rule's power at the disputed items a pool has (``disputed_for_power``: ``make
-plan``).
+(``trust_line``); the rule's power at the disputed items a pool has (``make plan``) is ``power``'s.
 
 The profiles: followers of A and of B at several flag rates, guards that side with one policy in one direction
 or on one dispute only (expected mixed), policy-free guards keyed on length, dataset or format, and keyword guards
@@ -311,49 +310,3 @@ def trust_line(cal: pd.DataFrame) -> str:
             "the followed policy for " + ", ".join(f"{r.profile} {r.power:.0%}" for r in follow.itertuples())
             + "; it gives the expected mixed / undetermined for "
             + ", ".join(f"{r.profile} {r.power:.0%}" for r in other.itertuples()) + cov_txt + ".")
-
-
-def disputed_for_power(rows: pd.DataFrame, alpha: float, seed: int, power: float = 0.8,
-                       draws: int = CALIBRATION_DRAWS, scales=(0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8)) -> pd.DataFrame:
-    """``make plan``'s power line, from the calibration's own simulation (``simulate``): per follower
-    profile (typical A and B, and their borderline variants), the power at the disputed items of
-    ``rows``, and the fewest disputed items at which the rule reaches ``power``, growing only the
-    strata that need it (growing every stratum overstates the items a pool must add): the B-stricter
-    strata alone, the A-stricter alone, or every disputed stratum, each scaled by ``scales`` (the
-    undisputed strata kept); ``grow`` says which
-    (``none`` where the items available suffice: then the fewest at a smaller scale of them all);
-    ``needed`` -1 when none does."""
-    table, _ = strata(rows)
-    cls = table["cls"].to_numpy()
-    disputed = cls >= 2
-    code = stats.VERDICT_CODES.index
-
-    def share(name, mask, c):
-        t = table.assign(n_items=np.where(mask, np.maximum(np.round(c * table["n_items"]), 1),
-                                          table["n_items"]).astype(int))
-        v = simulate(t, stratum_profiles(t)[name][2], draws, alpha, seed).verdict
-        return float((v == code(name[8])).mean()), int(t.loc[disputed, "n_items"].sum())
-
-    out = []
-    for name in ("follows_A", "follows_B", "follows_A_borderline", "follows_B_borderline"):
-        at_one, n_now = share(name, disputed, 1)
-        found, grow = -1, ""
-        if at_one >= power:
-            found, grow = n_now, "none"
-            for c in sorted(x for x in scales if x < 1):
-                got, n = share(name, disputed, c)
-                if got >= power:
-                    found = n
-                    break
-        else:
-            for which, mask in (("the B-stricter strata only", cls == 3), ("the A-stricter strata only", cls == 2),
-                               ("every disputed stratum", disputed)):
-                for c in sorted(x for x in scales if x > 1):
-                    got, n = share(name, mask, c)
-                    if got >= power:
-                        if found < 0 or n < found:
-                            found, grow = n, which
-                        break
-        out.append({"profile": name, "n_disputed": n_now, "power": at_one, "needed": found, "grow": grow})
-    return pd.DataFrame(out)
-
