@@ -52,7 +52,7 @@ GRID = {"standardscaler": [StandardScaler(), "passthrough"],
 
 # a feature whose variance over the training rows is below this is constant to float precision (three of MiniLM's
 # 384 dimensions are, in each of the four embedding blocks): standardising it divides by its rounding noise, and the
-# folded head multiplies any deviation at inference by ~1e31 (the first soft head read plain hard refusals at 0.00)
+# folded head multiplies any deviation at inference by ~1e31 (the retired soft head carried coefficients up to 2e32 on them)
 CONSTANT = 1e-12
 
 
@@ -174,7 +174,7 @@ def validate_checks(judges) -> pd.DataFrame:
     """Each refusal judge on the fixed check set (``data/judge_checks/``), per kind: replies, those it calls a refusal,
     its accuracy and error against the kind's expected reading (hard and soft refusals are refusals; compliance
     openings, factual answers and degenerate text are not); then the compliance openings that begin "Sure"
-    (``compliance_opening:sure``, the reading both learned heads once got wrong) and every row (``all``)."""
+    (``compliance_opening:sure``: "Sure, here is ..." with nothing after it is no refusal) and every row (``all``)."""
     checks = datasets.judge_checks()
     expected = checks["kind"].map(EXPECTED_REFUSAL)
     subsets = {**{kind: checks["kind"] == kind for kind in EXPECTED_REFUSAL},
