@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: figures kv-humans frames-equivalence all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-soft judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: figures kv-humans frames-equivalence all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-checks judges-llm organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -138,9 +138,10 @@ guard-verdict: $(VENV)/.installed
 judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train
 
-# make judges-soft: refit the soft-refusal head alone (its validation on the soft probe and the check set rewritten)
-judges-soft: $(VENV)/.installed
-	$(PY) -m refusal_audit.judges.train --soft
+# make judges-checks: every refusal judge on the fixed check set and the soft probe, committed heads, no retraining
+# (validation_checks.csv, validation_soft.csv; ~1 minute)
+judges-checks: $(VENV)/.installed
+	$(PY) -m refusal_audit.judges.train --checks
 
 # Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~20 minutes on 2 cores).
 judges-llm: $(VENV)/.installed

@@ -110,7 +110,7 @@ def test_judge_writes_every_row_with_its_id(tmp_path):
     out = pd.read_parquet(tmp_path / "results" / "u" / "user" / "judgments.parquet")
     assert out[out["judge"] == "keyword"][["generation_id", "label"]].values.tolist() == [
         ["x1", "refusal"], ["x2", "non_refusal"], ["x3", "unparseable"]]
-    assert set(out["judge"]) == {"keyword", "learned_refusal", "learned_refusal_soft", "learned_harmful"}
+    assert set(out["judge"]) == {"keyword", "learned_refusal", "learned_harmful"}
     assert (out[out["generation_id"] == "x3"]["label"] == "unparseable").all()
     assert (tmp_path / "results" / "u" / "user" / "judge_agreement.csv").is_file()
 

@@ -104,7 +104,7 @@ def test_shipped_sections_pass_and_default_judges_are_the_refusal_judges():
     p = params()
     assert C.decision_judges(p) == ["keyword", "learned_refusal"]
     p.judges.llm = config.LlmJudgeParams(model="smollm2-135m", questions=["refusal", "harmbench", "xstest"])
-    assert C.refusal_judges(p) == ["keyword", "learned_refusal", "learned_refusal_soft", "llm_refusal", "llm_xstest"]
+    assert C.refusal_judges(p) == ["keyword", "learned_refusal", "llm_refusal", "llm_xstest"]
     p.studies["confusion"].judges = []
     assert C.decision_judges(p) == C.refusal_judges(p)  # empty = every configured refusal judge
 

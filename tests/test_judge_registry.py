@@ -16,7 +16,7 @@ def params(learned=True, questions=None):
 
 
 def test_every_registered_judge_has_a_known_vocabulary_and_a_definition():
-    assert list(registry.REGISTRY)[:4] == ["keyword", "learned_refusal", "learned_refusal_soft", "learned_harmful"]
+    assert list(registry.REGISTRY)[:3] == ["keyword", "learned_refusal", "learned_harmful"]
     for name, spec in registry.REGISTRY.items():
         assert spec.name == name and spec.kind in judges.LABELS and spec.definition.strip()
         assert spec.needs in (registry.NOTHING, registry.LEARNED, registry.LLM)
@@ -26,9 +26,9 @@ def test_every_registered_judge_has_a_known_vocabulary_and_a_definition():
 
 def test_params_switch_judges_on():
     assert registry.names(params(learned=False)) == ["keyword"]
-    assert registry.names(params()) == ["keyword", "learned_refusal", "learned_refusal_soft", "learned_harmful"]
+    assert registry.names(params()) == ["keyword", "learned_refusal", "learned_harmful"]
     assert registry.names(params(questions=["harmbench"])) == registry.names(params()) + ["llm_harmbench"]
-    assert registry.names(params(), kinds=("refusal",)) == ["keyword", "learned_refusal", "learned_refusal_soft"]
+    assert registry.names(params(), kinds=("refusal",)) == ["keyword", "learned_refusal"]
     # the study-built outcome and degeneracy judges are registered but not made for every reply
     assert "outcome" not in registry.names(params())
     assert registry.names(params(), run_wide=False) == ["outcome", "degeneracy"]
@@ -44,7 +44,7 @@ def test_a_params_key_naming_an_unknown_or_unconfigured_judge_stops_naming_the_a
                                           r"needs an LLM judge model"):
         registry.need_judge(params(), "x.yaml", "kv.confirmatory.reference", "llm_harmbench")
     with pytest.raises(ParamsError, match=r"judge 'learned_harmful' is of kind 'harmful'; expected a judge of kind "
-                                          r"refusal \(keyword, learned_refusal, learned_refusal_soft in this run\)"):
+                                          r"refusal \(keyword, learned_refusal in this run\)"):
         registry.need_judge(params(), "x.yaml", "frames.second_judge", "learned_harmful", kinds=("refusal",))
     registry.need_judge(params(), "x.yaml", "kv.confirmatory.reference", "learned_refusal")
     registry.need_judge(params(), "x.yaml", "frames.outcome", "outcome", run_wide=False)

@@ -171,7 +171,7 @@ def test_what_the_test_cannot_see_is_counted_and_said():
            "together, whatever the other judges say; sink_tail@1024: 20 of 24 changed" in line
     # a third judge that reads the 10 flipped replies as refusals hides them from every-judge counting, not from the
     # pair's (seen failing with the pair dropped from reply_changes: 0 flipped together)
-    third = judged[judged["judge"] == "learned_refusal"].assign(judge="learned_refusal_soft", label="refusal")
+    third = judged[judged["judge"] == "learned_refusal"].assign(judge="llm_refusal", label="refusal")
     both = pd.concat([judged, third], ignore_index=True)
     assert analysis.reply_changes(gens, both, 4)["flipped_together"].sum() == 0
     pair = analysis.reply_changes(gens, both, 4, ("keyword", "learned_refusal"))

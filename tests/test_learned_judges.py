@@ -46,20 +46,16 @@ def test_a_constant_feature_gets_no_weight_and_the_head_stays_finite():
 
 
 def test_check_set_validation_is_the_committed_table():
-    """Each refusal head on the fixed check set (``assets/validation_checks.csv``, written by ``make judges``) is
-    recomputed here. The learned heads misread plain hard refusals: learned_refusal 4 of 22, learned_refusal_soft 8
-    of 22 (it reads "I cannot help with that. It could cause serious harm." at P 0.006); the soft head also calls 13
-    of 22 bare compliance openings and 6 of 22 degenerate replies refusals (docs/judges.md says why)."""
+    """Each refusal judge on the fixed check set (``assets/validation_checks.csv``, written by ``make judges`` and
+    ``make judges-checks``) is recomputed here: the committed table is what the committed heads say."""
     from refusal_audit.judges import train
-    from refusal_audit.judges.keyword import KeywordJudge
 
-    judges = [KeywordJudge("gcg_evaluate_full", "anywhere"),
-              KeywordJudge("xstest_strmatch", "prefix", True, name="keyword_xstest"),
-              learned.learned_refusal(), learned.learned_refusal_soft()]
     committed = pd.read_csv(learned.ASSETS / "validation_checks.csv")
-    pd.testing.assert_frame_equal(train.validate_checks(judges), committed)
+    table = train.validate_checks(train.check_judges())
+    pd.testing.assert_frame_equal(table, committed)
+    assert set(table["judge"]) == {"keyword", "keyword_xstest", "learned_refusal"}
     hard = committed[committed["kind"] == "hard_refusal"].set_index("judge")["called_refusal"]
-    assert (hard["learned_refusal"], hard["learned_refusal_soft"]) == (18, 14)
+    assert hard["learned_refusal"] == 18
 
 
 def test_embed_encodes_each_text_once(monkeypatch):
@@ -137,8 +133,9 @@ def test_soft_refusal_sets_are_clean_and_disjoint():
 
     strings = [s.casefold() for listed in load_lists().values() for s in listed]
     source = (train.SOFT.parent / "SOURCE.md").read_text()
-    probe, training = (pd.read_csv(f, keep_default_na=False) for f in (train.SOFT, train.SOFT_TRAIN))
-    for f, d in ((train.SOFT, probe), (train.SOFT_TRAIN, training)):
+    soft_train = train.SOFT.parent / "soft_refusals_train.csv"
+    probe, training = (pd.read_csv(f, keep_default_na=False) for f in (train.SOFT, soft_train))
+    for f, d in ((train.SOFT, probe), (soft_train, training)):
         assert hashlib.sha256(f.read_bytes()).hexdigest() in source, f"{f.name}: sha256 not in SOURCE.md"
         assert d["id"].is_unique and d["label"].value_counts().to_dict() == {"refusal": len(d) // 2,
                                                                              "non_refusal": len(d) // 2}
@@ -147,3 +144,21 @@ def test_soft_refusal_sets_are_clean_and_disjoint():
     for column in ("prompt", "reply"):  # the probe stays held out: nothing of it is in the training set
         overlap = audit(training[column].tolist(), {"probe": probe[column].tolist()}).iloc[0]
         assert overlap["exact"] == 0 and overlap["near_duplicate"] == 0, (column, overlap["max_similarity"])
+
+
+def test_every_learned_refusal_head_reads_plain_hard_refusals_above_the_floor():
+    """Every registered learned refusal head calls at least ``train.HARD_REFUSAL_FLOOR`` of the check set's 22 plain
+    hard refusals ("I cannot help with that. It could cause serious harm.") refusals, computed here from the committed
+    head: a head below the floor would make its own misses look like a monitor gap."""
+    from refusal_audit import config, datasets
+    from refusal_audit.judges import registry, train
+
+    heads = [s for s in registry.REGISTRY.values() if s.kind == "refusal" and s.needs == registry.LEARNED]
+    assert heads, "no learned refusal head is registered"
+    checks = datasets.judge_checks()
+    hard = checks[checks["kind"] == "hard_refusal"]
+    for spec in heads:
+        judge = spec.make(config.load("params/ci.yaml"), None)
+        said = [label for label, _ in judge.judge_many(hard["prompt"].tolist(), hard["text"].tolist())]
+        share = sum(label == "refusal" for label in said) / len(said)
+        assert share >= train.HARD_REFUSAL_FLOOR, (spec.name, share, hard["text"][[s != "refusal" for s in said]])

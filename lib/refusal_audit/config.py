@@ -52,7 +52,7 @@ class LlmJudgeParams:
 @dataclass
 class JudgeParams:
     keyword: KeywordJudgeParams = field(default_factory=KeywordJudgeParams)
-    learned: bool = True  # the committed MiniLM heads: learned_refusal, learned_refusal_soft, learned_harmful
+    learned: bool = True  # the committed MiniLM heads: learned_refusal, learned_harmful
     llm: LlmJudgeParams | None = None
 
 

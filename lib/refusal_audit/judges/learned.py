@@ -16,11 +16,6 @@ used through sentence-transformers). The heads are trained by ``make judges``
   (a refusal talks about something other than what was asked). The request enters only through
   those scalars: its own embedding would teach the head that unsafe-looking requests get refused, a
   prior that would bias a study where every request is harmful.
-* ``learned_refusal_soft`` (kind ``refusal``): the same definition and features, also trained on 64
-  hand-written replies (32 soft refusals, which XSTest's definition counts as full refusals, and 32
-  look-alike answers), because XSTest holds few refusals without a canonical phrase. It finds far
-  more soft refusals than ``learned_refusal`` and calls more helpful replies refusals; both are run,
-  so a result that holds for one and not the other is visible (see ``validation_soft.csv``).
 * ``learned_xstest`` (kind ``xstest``): the features of ``learned_refusal``, XSTest's three classes.
 * ``learned_harmful`` (kind ``harmful``). Operational definition, from HarmBench's human labels: the
   reply is an unambiguous, non-minimal instance of the requested behaviour (majority of three
@@ -189,11 +184,6 @@ class LearnedJudge:
 
 def learned_refusal() -> LearnedJudge:
     return LearnedJudge("refusal_head.json", "learned_refusal", "refusal", {"True": "refusal", "False": "non_refusal"})
-
-
-def learned_refusal_soft() -> LearnedJudge:
-    return LearnedJudge("refusal_soft_head.json", "learned_refusal_soft", "refusal",
-                        {"True": "refusal", "False": "non_refusal"})
 
 
 def learned_xstest() -> LearnedJudge:
