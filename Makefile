@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: figures kv-humans frames-equivalence all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-soft judges-llm organism kv-control frame-control check install clean-ci plan
+.PHONY: figures kv-humans frames-equivalence all test lint test-unit test-unit-rest test-notebooks test-notebooks-then-run generate judge audit confusion judges judges-soft judges-llm judges-checks organism kv-control frame-control check install clean-ci plan
 
 # make all [PARAMS=params/x.yaml] [STUDIES=kv,frames]: every study of the params file, or a subset
 all: $(VENV)/.installed
@@ -145,6 +145,12 @@ judges-soft: $(VENV)/.installed
 # Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~20 minutes on 2 cores).
 judges-llm: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train --llm
+
+# The four-class outcome judges (the CPU judge and llm_outcome on the embedded model) on the fixed check set: writes
+# assets/validation_outcome_checks.csv and its table in docs/judges.md (~2 minutes on 2 cores; JUDGE_PARAMS=x.yaml scores the
+# LLM judge model a params file names instead)
+judges-checks: $(VENV)/.installed
+	$(PY) -m refusal_audit.judges.check_set $(if $(JUDGE_PARAMS),--params $(JUDGE_PARAMS))
 
 # Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
 # and evaluate it beside the plain model (organism/evaluation.csv).

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import chat, datasets, judges, store
+from ... import chat, datasets, judge_sanity, judges, store
 from ...chat import render, turn
 from ...config import ParamsError
 from ...encoder import embed
@@ -270,6 +270,10 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "frr_vs_cr": versus,
         "arm_pairs": analysis.arm_pairs(versus),
         "judge_agreement": judges.agreement(judgments, REFUSING),
+        # the decision judges on the check set and against each other per model, a paraphrase cluster the unit
+        "judge_sanity": judge_sanity.table(p, judgments, generations.merge(
+            items[["item_id", "cluster"]].drop_duplicates("item_id"), on="item_id", how="left"),
+            {j: j for j in dict.fromkeys(judgments["judge"])}, cluster="cluster"),
         "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
     }

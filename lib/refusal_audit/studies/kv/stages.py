@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ... import datasets, executor, generation, judges, plan, retention, store
+from ... import datasets, executor, generation, judge_sanity, judges, plan, retention, store
 from ...chat import PROBE_QUERY
 from ...contamination import exact_overlap, near_duplicates
 from ...errors import ParamsError
@@ -257,6 +257,8 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
+        # every judge the stage ran, on the check set and against the others on each model's replies
+        "judge_sanity": judge_sanity.table(p, judgments, generations, {j: j for j in dict.fromkeys(judgments["judge"])}),
         "blind_spots": analysis.blind_spots(analysis.reply_changes(generations, judgments, kv.sink,
                                                                    (c.monitor, c.reference))),
         "span_retention": analysis.span_retention(generations, kv.sink),
