@@ -248,6 +248,14 @@ PARAPHRASE_COLUMNS = ["cluster", "member", "rule", "dataset", "label", "cos_to_s
                       "gate_safety", "gate_near_duplicate", "included", "gate_reason"]
 
 
+def sanity(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """The decision judges on the check set and against each other on each model's replies, a paraphrase cluster
+    the bootstrap's unit (``judge_sanity``)."""
+    clusters = items[["item_id", "cluster"]].drop_duplicates("item_id")
+    return judge_sanity.table(p, judgments, generations.merge(clusters, on="item_id", how="left"),
+                              {j: j for j in dict.fromkeys(judgments["judge"])}, cluster="cluster")
+
+
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Gates, scores per prompt and cluster, summaries with bootstrap CIs, FRR vs Confusion Rate,
     judge agreement, the planted control."""
@@ -270,10 +278,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "frr_vs_cr": versus,
         "arm_pairs": analysis.arm_pairs(versus),
         "judge_agreement": judges.agreement(judgments, REFUSING),
-        # the decision judges on the check set and against each other per model, a paraphrase cluster the unit
-        "judge_sanity": judge_sanity.table(p, judgments, generations.merge(
-            items[["item_id", "cluster"]].drop_duplicates("item_id"), on="item_id", how="left"),
-            {j: j for j in dict.fromkeys(judgments["judge"])}, cluster="cluster"),
+        "judge_sanity": sanity(p, items, generations, judgments),
         "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
     }

@@ -249,9 +249,15 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     # with tier_balance the items table holds every calibrated candidate; the statistics run on those drawn
     tables = analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
                           generations, judgments)
+    return {**tables, "judge_sanity": sanity(p, generations, judgments)}
+
+
+def sanity(p, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """The judge stage's judges (the outcome role as the judge params name for it) on the check set and against
+    each other on each model's replies (``judge_sanity``)."""
     fr = p.studies[NAME]
     used = {"outcome": fr.outcome_judge, **{j: j for j in (fr.second_judge, "learned_harmful")}}
-    return {**tables, "judge_sanity": judge_sanity.table(p, judgments, generations, used)}
+    return judge_sanity.table(p, judgments, generations, used)
 
 
 def locality_check(tokenizer, wrapper: str, frames: dict) -> None:

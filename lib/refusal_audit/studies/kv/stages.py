@@ -257,8 +257,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
-        # every judge the stage ran, on the check set and against the others on each model's replies
-        "judge_sanity": judge_sanity.table(p, judgments, generations, {j: j for j in dict.fromkeys(judgments["judge"])}),
+        "judge_sanity": sanity(p, generations, judgments),
         "blind_spots": analysis.blind_spots(analysis.reply_changes(generations, judgments, kv.sink,
                                                                    (c.monitor, c.reference))),
         "span_retention": analysis.span_retention(generations, kv.sink),
@@ -272,6 +271,12 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
         tables["mmlu_chance"] = analysis.mmlu_chance(scored, s.alpha)
     return tables
+
+
+def sanity(p, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """Every judge the stage ran, on the check set and against the others on each model's replies
+    (``judge_sanity``: its rows flag the monitor or reference below a floor)."""
+    return judge_sanity.table(p, judgments, generations, {j: j for j in dict.fromkeys(judgments["judge"])})
 
 
 def filler_check(tokenizer, system: str | None) -> None:
