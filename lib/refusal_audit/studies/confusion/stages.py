@@ -252,8 +252,9 @@ def sanity(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Data
     """The decision judges on the check set and against each other on each model's replies, a paraphrase cluster
     the bootstrap's unit (``judge_sanity``)."""
     clusters = items[["item_id", "cluster"]].drop_duplicates("item_id")
-    return judge_sanity.table(p, judgments, generations.merge(clusters, on="item_id", how="left"),
-                              {j: j for j in dict.fromkeys(judgments["judge"])}, cluster="cluster")
+    replies = generations if "cluster" in generations else generations.merge(clusters, on="item_id", how="left")
+    return judge_sanity.table(p, judgments, replies, {j: j for j in dict.fromkeys(judgments["judge"])},
+                              cluster="cluster")
 
 
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
