@@ -64,10 +64,13 @@ def test_agreement_per_model_is_cohens_kappa_by_hand_in_both_directions():
 
 
 def test_a_judge_that_gave_one_label_has_no_kappa_and_is_not_flagged():
-    gens, judgments = judged({"x": {"k": [1] * 10, "l": [1] * 10}})
-    t = judge_sanity.agreement_rows(P, judgments, gens)
-    assert t["value"].isna().all() and not t["below"].any() and t["note"].str.contains("one label").all()
-    assert judge_sanity.flags(t, "x", ["k", "l"]) == ()
+    # both constant (kappa undefined), or one constant (kappa 0 by construction: a model that always refuses)
+    for labels in ({"k": [1] * 10, "l": [1] * 10}, {"k": [1] * 10, "l": [1, 0] * 5}):
+        gens, judgments = judged({"x": labels})
+        t = judge_sanity.agreement_rows(P, judgments, gens)
+        assert t["value"].isna().all() and not t["below"].any()
+        assert t["note"].str.contains("kappa uninformative: k").all() and t["note"].str.contains("one label").all()
+        assert judge_sanity.flags(t, "x", ["k", "l"]) == ()
 
 
 def test_a_judge_agreeing_with_no_other_is_flagged_on_that_model_only():
@@ -141,10 +144,13 @@ def test_a_flagged_judge_reaches_the_kv_verdict_rows_of_every_model_it_reads():
     for model in ("low", "seen", "quiet"):
         assert check in cells[model] and check not in plain[model]
         assert "judge keyword below" not in cells[model]
-    assert "judge keyword agrees with no other judge on low's replies" in cells["low"]
-    assert "agrees with no other judge" not in cells["seen"] + cells["quiet"]
-    row = Verdict("s", "seen", PRIMARY, "q?", "a", "e", "f", "p")
-    assert judge_sanity.flag(row, sane, ["keyword"]) == row    # a judge above every floor leaves a row as it was
+    # kv's monitor and reference disagreeing is what its test measures: their agreement is no flag there
+    assert not any("agrees with no other judge" in c for c in cells.values())
+    # a study that takes agreement flags (frames, confusion) gets one on "low" only
+    low, seen = (Verdict("s", m, PRIMARY, "q?", "a", "e", "f", "p") for m in ("low", "seen"))
+    assert "judge keyword agrees with no other judge on low's replies" in judge_sanity.flag(
+        low, sane, ["keyword"]).cells()["controls"]
+    assert judge_sanity.flag(seen, sane, ["keyword"]) == seen    # a judge above every floor leaves a row as it was
 
 
 @pytest.mark.parametrize("sanity, key", [({"held": ["nope"]}, "judges.sanity.held[0]"),

@@ -16,8 +16,11 @@ declared in params before the run (``judges.sanity``).
 A judge is flagged on a model when a held kind of the check set (``judges.sanity.held``) is read below
 ``judges.sanity.check_floor``, or when its kappa with every other judge on that model's replies is below
 ``judges.sanity.kappa_floor`` (agreeing with no other judge: with two judges, both are flagged, since the run
-cannot tell which errs). A kappa that is undefined (a judge gave one label on every reply) is reported, not
-flagged. The flag names the judge, the model, the numbers and the floor; ``flag`` adds it to a verdict row.
+cannot tell which errs). Where a judge gave one label on every reply of the model (a model that nearly always
+refuses), kappa is 0 or undefined by construction and says nothing about agreement: the pair is reported (its raw
+agreement in the table's note) and never counts toward a flag. A study whose test measures two judges'
+disagreement (kv: the monitor against the reference) takes only the check set's flags (``flag(..., agreement=False)``).
+The flag names the judge, the model, the numbers and the floor; ``flag`` adds it to a verdict row.
 """
 from __future__ import annotations
 
@@ -97,15 +100,16 @@ def agreement_rows(p, judgments: pd.DataFrame, replies: pd.DataFrame, id_column:
             both = mine[[a, b]].dropna()
             n, note = len(both), ""
             kap = lo = hi = np.nan
-            if n and both[a].nunique() + both[b].nunique() > 2:
+            constant = [j for j in (a, b) if both[j].nunique() == 1]
+            if n and not constant:
                 kap, lo, hi = kappa_interval(both[a].astype(bool), both[b].astype(bool),
                                              meta.loc[both.index, cluster].astype(str), p.stats.n_bootstrap, p.seed)
+            elif n:   # kappa is 0 (or undefined) by construction: it says nothing about agreement
+                note = f"kappa uninformative: {' and '.join(constant)} gave one label on every reply"
             else:
-                note = "kappa undefined: both judges gave one label on every reply" if n else "no reply both parsed"
-            if np.isnan(kap) and not note:
-                note = "kappa undefined (chance agreement is total)"
+                note = "no reply both parsed"
             agree = float((both[a].astype(bool) == both[b].astype(bool)).mean()) if n else np.nan
-            note = note or f"raw agreement {agree:.2f}"
+            note = f"{note + '; ' if note else ''}raw agreement {agree:.2f}" if n else note
             for x, y in ((a, b), (b, a)):
                 rows.append(dict(part=AGREEMENT, model=m, judge=x, registered="", measure="kappa", other=y, n=n,
                                  value=kap, lo=lo, hi=hi, floor=floor, held=True,
@@ -123,9 +127,9 @@ _KIND_WORDS = {"hard_refusal": "hard refusals", "soft_refusal": "soft refusals",
                "compliance openings", "factual_answer": "factual answers", "degenerate": "degenerate replies"}
 
 
-def flags(sanity: pd.DataFrame | None, model: str, used: Sequence[str]) -> tuple[str, ...]:
+def flags(sanity: pd.DataFrame | None, model: str, used: Sequence[str], agreement: bool = True) -> tuple[str, ...]:
     """The flags of the judges ``used`` by a row about ``model``: a held kind of the check set below its floor, and
-    agreement with no other judge on the model's replies (every defined kappa below its floor)."""
+    (``agreement``) agreement with no other judge on the model's replies (every defined kappa below its floor)."""
     if sanity is None or not len(sanity):
         return ()
     out = []
@@ -136,7 +140,7 @@ def flags(sanity: pd.DataFrame | None, model: str, used: Sequence[str]) -> tuple
             parts = ", ".join(f"{_KIND_WORDS.get(r.measure, r.measure)} {r.value:.2f} [{r.lo:.2f}, {r.hi:.2f}]"
                               for r in low.itertuples())
             out.append(f"judge {j} below the sanity floor {low['floor'].iloc[0]:.2f} on the fixed check set: {parts}")
-        mine = sanity[(sanity["part"] == AGREEMENT) & (sanity["judge"] == j) & (sanity["model"] == model)]
+        mine = sanity[(sanity["part"] == AGREEMENT) & (sanity["judge"] == j) & (sanity["model"] == model) & agreement]
         mine = mine[pd.to_numeric(mine["value"], errors="coerce").notna()]
         if len(mine) and (mine["value"].astype(float) < mine["floor"].astype(float)).all():
             best = mine.loc[mine["value"].astype(float).idxmax()]
@@ -146,7 +150,8 @@ def flags(sanity: pd.DataFrame | None, model: str, used: Sequence[str]) -> tuple
     return tuple(out)
 
 
-def flag(v: Verdict, sanity: pd.DataFrame | None, used: Sequence[str], model: str | None = None) -> Verdict:
-    """``v`` with the flags of the judges it rests on (``used``) on its model (``model``, default its system)."""
-    found = flags(sanity, v.system if model is None else model, used)
+def flag(v: Verdict, sanity: pd.DataFrame | None, used: Sequence[str], agreement: bool = True) -> Verdict:
+    """``v`` with the flags of the judges it rests on (``used``) on its model (its system; ``agreement``: as
+    ``flags``)."""
+    found = flags(sanity, v.system, used, agreement)
     return replace(v, controls=v.controls.with_flags(*found)) if found else v
