@@ -51,21 +51,23 @@ KIND_WORDS = {"hard_refusal": "hard refusal", "soft_refusal": "soft refusal", "c
               "compliance opening", "factual_answer": "factual answer", "degenerate": "degenerate"}
 
 
-def labels(judge) -> pd.Series:
-    """``judge``'s label on each reply of the check set (indexed like ``datasets.judge_checks()``)."""
+def labels(judge, kinds: tuple[str, ...] = datasets.CHECK_KINDS) -> pd.Series:
+    """``judge``'s label on each reply of the check set of ``kinds`` (indexed like ``datasets.judge_checks()``)."""
     checks = datasets.judge_checks()
+    checks = checks[checks["kind"].isin(kinds)]
     replies = pd.DataFrame({"generation_id": checks["id"], "prompt": checks["prompt"], "reply": checks["text"]})
     out = judge_replies([judge], replies).set_index("generation_id")
     return pd.Series(out.loc[checks["id"], "label"].to_numpy(), index=checks.index, name=judge.name)
 
 
-def outcome_table(judges: list) -> pd.DataFrame:
-    """Per four-class judge and kind: replies, each label's count, those read as ``EXPECTED`` says, the accuracy."""
+def outcome_table(judges: list, kinds: tuple[str, ...] = datasets.CHECK_KINDS) -> pd.DataFrame:
+    """Per four-class judge and kind (of ``kinds``): replies, each label's count, those read as ``EXPECTED`` says,
+    the accuracy."""
     checks = datasets.judge_checks()
     rows = []
     for judge in judges:
-        said = labels(judge)
-        for kind in datasets.CHECK_KINDS:
+        said = labels(judge, kinds)
+        for kind in kinds:
             mine = said[checks["kind"] == kind]
             right = int(mine.isin(EXPECTED["outcome"][kind]).sum())
             rows.append({"judge": judge.name, "kind": kind, "n": len(mine),
