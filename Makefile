@@ -138,14 +138,18 @@ guard-verdict: $(VENV)/.installed
 judges: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train
 
-# make judges-checks: every refusal judge on the fixed check set and the soft probe, committed heads, no retraining
-# (validation_checks.csv, validation_soft.csv; ~1 minute)
+# make judges-checks: every judge on the fixed check set, committed heads, no retraining: the refusal judges
+# (validation_checks.csv, validation_soft.csv) and the four-class outcome judges, the CPU judge and llm_outcome on the
+# embedded model (validation_outcome_checks.csv and its table in docs/judges.md; JUDGE_PARAMS=x.yaml scores the LLM
+# judge model a params file names instead); a few minutes on 2 cores
 judges-checks: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train --checks
+	$(PY) -m refusal_audit.judges.check_set $(if $(JUDGE_PARAMS),--params $(JUDGE_PARAMS))
 
 # Validate the embedded LLM judges on the same human labels (validation_llm.csv; ~20 minutes on 2 cores).
 judges-llm: $(VENV)/.installed
 	$(PY) -m refusal_audit.judges.train --llm
+
 
 # Build the refusing model organism (a testbed): audit its data, train its LoRA adapter on CPU
 # and evaluate it beside the plain model (organism/evaluation.csv).

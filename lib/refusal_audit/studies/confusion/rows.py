@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from ... import judge_sanity
 from ...verdict import (
     NULL,
     POSITIVE,
@@ -105,7 +106,8 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, states))
+        arm = _arm(r, null_row(nulls, r.model, r.judge), judge, states)
+        rows.append(judge_sanity.flag(arm, tables.get("judge_sanity"), (r.judge,)))  # its judge below a floor
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())

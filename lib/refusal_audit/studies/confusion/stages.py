@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import chat, datasets, judges, store
+from ... import chat, datasets, judge_sanity, judges, store
 from ...chat import render, turn
 from ...config import ParamsError
 from ...encoder import embed
@@ -248,6 +248,15 @@ PARAPHRASE_COLUMNS = ["cluster", "member", "rule", "dataset", "label", "cos_to_s
                       "gate_safety", "gate_near_duplicate", "included", "gate_reason"]
 
 
+def sanity(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """The decision judges on the check set and against each other on each model's replies, a paraphrase cluster
+    the bootstrap's unit (``judge_sanity``)."""
+    clusters = items[["item_id", "cluster"]].drop_duplicates("item_id")
+    replies = generations if "cluster" in generations else generations.merge(clusters, on="item_id", how="left")
+    return judge_sanity.table(p, judgments, replies, {j: j for j in dict.fromkeys(judgments["judge"])},
+                              cluster="cluster")
+
+
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Gates, scores per prompt and cluster, summaries with bootstrap CIs, FRR vs Confusion Rate,
     judge agreement, the planted control."""
@@ -270,6 +279,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "frr_vs_cr": versus,
         "arm_pairs": analysis.arm_pairs(versus),
         "judge_agreement": judges.agreement(judgments, REFUSING),
+        "judge_sanity": sanity(p, items, generations, judgments),
         "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
     }

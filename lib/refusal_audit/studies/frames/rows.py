@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ... import papers
+from ... import judge_sanity, papers
 from ...verdict import NULL as NULL_ROLE
 from ...verdict import POSITIVE, PRIMARY, Bound, Controls, ControlState, Verdict, held_to, not_computed
 from .params import NAME, NULL, primary_of
@@ -123,6 +123,8 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
             p=_number(best, "p_holm"), fpr_rate=float(ok["fpr_primary"].max()) if simulated else None,
             power_rate=_number(best, "power_primary_118") if found else None,
             mde=None if found else _number(best, "mde_80_primary"), n=int(best["n_items"])))
+        # a judge the row reads (the outcome judge, the second judge) below its sanity floor on this model
+        v = judge_sanity.flag(v, tables.get("judge_sanity"), ("outcome", fr.second_judge))
         # no MDE: no frame effect up to the grid's largest (0.80) reached 80 % power
         out.append(held_to(v, math.inf if v.mde is None else v.mde, bounds(p, outcome), (NO_DIVERGENCE,)))
     return out

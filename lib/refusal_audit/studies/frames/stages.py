@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import datasets, executor, generation, judges, retention, store
+from ... import datasets, executor, generation, judge_sanity, judges, retention, store
 from ...chat import PROBE_QUERY
 from ...config import ParamsError
 from ...judges.outcome import OutcomeJudge
@@ -247,8 +247,17 @@ def outcome_judge(p, load_model):
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
     # with tier_balance the items table holds every calibrated candidate; the statistics run on those drawn
-    return analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
-                        generations, judgments)
+    tables = analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
+                          generations, judgments)
+    return {**tables, "judge_sanity": sanity(p, generations, judgments)}
+
+
+def sanity(p, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """The judge stage's judges (the outcome role as the judge params name for it) on the check set and against
+    each other on each model's replies (``judge_sanity``)."""
+    fr = p.studies[NAME]
+    used = {"outcome": fr.outcome_judge, **{j: j for j in (fr.second_judge, "learned_harmful")}}
+    return judge_sanity.table(p, judgments, generations, used)
 
 
 def locality_check(tokenizer, wrapper: str, frames: dict) -> None:

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ... import papers
+from ... import judge_sanity, papers
 from ...verdict import CALIBRATION, NULL, POSITIVE, PRIMARY, Bound, Controls, ControlState, Verdict, held_to, not_computed
 from . import classifier, simulation
 from .analysis import MOVING
@@ -178,6 +178,9 @@ def rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                 numbers["power_rate"] = float(alt["familywise_claim"].iloc[len(alt) // 2])
         mde = None if positive else numbers["mde"] if numbers.get("mde") is not None else math.inf
         row = Verdict("kv", model, role, QUESTION, answer, _estimate(r), fpr, power, state, headline=True, **numbers)
+        # the check set only: the monitor and the reference disagreeing is what the test measures (soft refusals)
+        row = judge_sanity.flag(row, tables.get("judge_sanity"), (kv.confirmatory.monitor, kv.confirmatory.reference),
+                                agreement=False)
         out.append(held_to(row, mde, bounds(p, g), (NO_SOFT,)))
     for name in MOVING if nulls is not None and len(nulls) else ():
         g = nulls[nulls["control"] == name]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ... import datasets, executor, generation, judges, plan, retention, store
+from ... import datasets, executor, generation, judge_sanity, judges, plan, retention, store
 from ...chat import PROBE_QUERY
 from ...contamination import exact_overlap, near_duplicates
 from ...errors import ParamsError
@@ -257,6 +257,7 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "refusal_rates": analysis.refusal_rates(out, s.alpha),
         "paired_tests": analysis.paired_drops(out, s.n_bootstrap, p.seed, s.alpha),
         "judge_agreement": judges.agreement(judgments, analysis.REFUSING),
+        "judge_sanity": sanity(p, generations, judgments),
         "blind_spots": analysis.blind_spots(analysis.reply_changes(generations, judgments, kv.sink,
                                                                    (c.monitor, c.reference))),
         "span_retention": analysis.span_retention(generations, kv.sink),
@@ -270,6 +271,12 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         tables["mmlu_accuracy"], tables["mmlu_tests"] = analysis.mmlu_accuracy(scored, s.n_bootstrap, p.seed, s.alpha)
         tables["mmlu_chance"] = analysis.mmlu_chance(scored, s.alpha)
     return tables
+
+
+def sanity(p, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFrame:
+    """Every judge the stage ran, on the check set and against the others on each model's replies
+    (``judge_sanity``: its rows flag the monitor or reference below a floor)."""
+    return judge_sanity.table(p, judgments, generations, {j: j for j in dict.fromkeys(judgments["judge"])})
 
 
 def filler_check(tokenizer, system: str | None) -> None:
