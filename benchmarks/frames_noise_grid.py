@@ -33,13 +33,13 @@ def designs():
         p = config.load(ROOT / name)
         fr = p.studies["frames"]
         counts = fr.data.counts()
-        it = frame_items(p)
+        it = frame_items(p, llm=False)
         drawn = sum(counts.values())
         # non-harmful share of the draw: benign items, and the borderline stratum's safe prompts in the file's proportion
         border = it[it["stratum"] == "borderline"]
         safe = 1 - border["category"].astype(str).str.startswith("contrast_").mean() if len(border) else 0
         non_harmful = round(counts.get("benign", 0) + counts.get("borderline", 0) * safe)
-        kinds = {"outcome": "outcome", fr.second_judge: "refusal", "learned_harmful": "harmful"}
+        kinds = fparams.judge_kinds(fr)
         family = len(fparams.declared_family(fr, kinds))
         for subset, n in (("all", drawn), ("non_harmful", non_harmful)):
             yield name, subset, n, confirmatory.n_decodes(fr), family

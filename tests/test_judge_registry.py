@@ -19,7 +19,7 @@ def test_every_registered_judge_has_a_known_vocabulary_and_a_definition():
     assert list(registry.REGISTRY)[:3] == ["keyword", "learned_refusal", "learned_harmful"]
     for name, spec in registry.REGISTRY.items():
         assert spec.name == name and spec.kind in judges.LABELS and spec.definition.strip()
-        assert spec.needs in (registry.NOTHING, registry.LEARNED, registry.LLM)
+        assert spec.needs in (registry.NOTHING, registry.LEARNED, registry.LLM, registry.GUARD)
     with pytest.raises(ValueError, match="judge 'keyword' is registered twice"):
         registry.register(registry.REGISTRY["keyword"])
 

@@ -68,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             pool = models.Pool(p.models, missing_ok=True, device=p.device)
             pipeline.preflight(p, pool)
             families.check_params(p, pool)  # each model's architecture and chat template, where it is local
-            for line in judges.registry.describe(p, lambda m: f"{plan.size(p.models[m]).params_b:g}B"):
+            size = lambda m: f"{plan.size(p.models[m]).params_b:g}B"  # noqa: E731
+            for line in judges.registry.describe(p, size):
                 print(f"{args.params}: {line}")   # every judge the run uses: model, size, validation status
+            for name in p.studies:   # a study's other LLM roles (a paraphraser, a scorer): model, size, status
+                for role, m, status in studies.get(name).model_roles(p):
+                    print(f"{args.params}: {name} {role}: {m} ({p.models[m].source}, {size(m)}); validation: {status}")
             for note in dict.fromkeys(pool.notes):
                 print(f"{args.params}: note: {note}")
             print(f"{args.params}: ok" + (" (on a machine with what the notes name)" if pool.notes else ""))

@@ -70,11 +70,22 @@ class JudgeSanityParams:
 
 
 @dataclass
+class GuardJudgeParams:
+    """A released guard as a reply judge (``llama_guard_3``: judges/reply_guard.py): off unless params name
+    its model (a GPU model; on CPU only a stand-in runs)."""
+
+    model: str
+    max_new_tokens: int = 10  # the guard's verdict ("safe", or "unsafe" and its categories)
+    max_reply_tokens: int = 512
+
+
+@dataclass
 class JudgeParams:
     keyword: KeywordJudgeParams = field(default_factory=KeywordJudgeParams)
     learned: bool = True  # the committed MiniLM heads: learned_refusal, learned_harmful
     llm: LlmJudgeParams | None = None
     sanity: JudgeSanityParams = field(default_factory=JudgeSanityParams)
+    llama_guard_3: GuardJudgeParams | None = None  # Llama Guard 3 as a reply judge, under its own convention
 
 
 @dataclass
@@ -215,6 +226,14 @@ def _check(p: Params, where: str) -> None:
         need(0 <= floor <= 1, where, f"judges.sanity.{key}", "a number in [0, 1]", floor)
     for i, kind in enumerate(sanity.held):
         need(kind in CHECK_KINDS, where, f"judges.sanity.held[{i}]", f"one of {list(CHECK_KINDS)}", kind)
+    guard = p.judges.llama_guard_3
+    if guard is not None:
+        need(guard.model in p.models, where, "judges.llama_guard_3.model",
+             f"a model named under models ({sorted(p.models)})", guard.model)
+        need(guard.max_new_tokens >= 1, where, "judges.llama_guard_3.max_new_tokens", "an integer >= 1",
+             guard.max_new_tokens)
+        need(guard.max_reply_tokens >= 1, where, "judges.llama_guard_3.max_reply_tokens", "an integer >= 1",
+             guard.max_reply_tokens)
     need(0 < p.stats.alpha < 1, where, "stats.alpha", "a number in (0, 1)", p.stats.alpha)
     need(p.stats.n_bootstrap >= 100, where, "stats.n_bootstrap", "an integer >= 100", p.stats.n_bootstrap)
     b = p.generation.batch_rows

@@ -318,20 +318,28 @@ def _spec(source: str) -> ModelSpec:
 
 # --- the judge models a params file needs -------------------------------------------------------------
 def judge_model_lines(p) -> list[str]:
-    """The LLM judge's model: its id, size, weights and where it must run (this machine's free RAM or a GPU)."""
+    """The judge models (the LLM judge's, a released guard's): id, size, weights and where each must run (this
+    machine's free RAM or a GPU)."""
     from .generation import free_memory  # lazy: torch, off make plan's path
 
-    llm = p.judges.llm
-    if llm is None:
+    named = []
+    if p.judges.llm is not None:
+        named.append((p.judges.llm.model, f"questions {', '.join(p.judges.llm.questions)}"))
+    if p.judges.llama_guard_3 is not None:
+        named.append((p.judges.llama_guard_3.model, "the llama_guard_3 reply judge"))
+    if not named:
         return []
-    spec = p.models.get(llm.model) or _spec(llm.model)
-    s = size(spec)
-    try:
-        gb = s.params_b * weight_bytes_per_param(spec)
-    except KeyError:
-        return [f"judge model {llm.model} ({spec.source}): {s.params_b:g}B parameters"]
-    fits = gb * 1e9 < free_memory("cpu")
-    return ["", "judge models (every reply of the file's studies; judges.llm):",
-            f"  {llm.model}: {spec.source}, {s.params_b:g}B parameters, about {gb:.0f} GB of weights in {spec.dtype}; "
-            + ("fits this machine's free memory" if fits else "must run on a GPU machine (not this one's memory)")
-            + f"; questions {', '.join(llm.questions)}"]
+    lines = ["", "judge models (every reply of the file's studies; judges.llm, judges.llama_guard_3):"]
+    for name, role in named:
+        spec = p.models.get(name) or _spec(name)
+        s = size(spec)
+        try:
+            gb = s.params_b * weight_bytes_per_param(spec)
+        except KeyError:
+            lines.append(f"  {name} ({spec.source}): {s.params_b:g}B parameters; {role}")
+            continue
+        fits = gb * 1e9 < free_memory("cpu")
+        lines.append(f"  {name}: {spec.source}, {s.params_b:g}B parameters, about {gb:.0f} GB of weights in {spec.dtype}; "
+                     + ("fits this machine's free memory" if fits else "must run on a GPU machine (not this one's memory)")
+                     + f"; {role}")
+    return lines

@@ -193,6 +193,10 @@ class Study(abc.ABC):
         """This run's value of each quantity of ``measures`` per system, from its statistics tables."""
         return []
 
+    def model_roles(self, p: Params) -> list[tuple[str, str, str]]:
+        """``make check``: (role, model, validation status) of each model it runs besides those it studies and the judges."""
+        return []
+
     def user_rows(self, p: Params, folder: Path) -> list[Verdict]:
         """The verdict rows of what a user brought to its commands (role ``verdict.USER``), from ``folder``."""
         return []

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ...config import ParamsError, need, need_models
 from ...judges import registry
+from ...paraphraser import ParaphraserParams  # the paraphraser's key, shared with frames
 from . import analysis
 from . import clusters as cl
 from . import metrics as M
@@ -57,13 +58,6 @@ class MetricParams(M.MetricChoices):  # the metrics' choices (theta is gates.tau
 class NullParams:  # nulls.py: random placements of an arm's rejections (DEFINITIONS.md, "Nulls")
     n_perm: int = 1000  # placements of the permutation null (p-values to 1 / (n_perm + 1))
     n_draws: int = 200  # simulated decision sets per scenario for the verdict's false-positive rate and power
-
-
-@dataclass
-class ParaphraserParams:
-    model: str  # a model named under models
-    temperature: float = 0.7  # k samples per seed, under seeds seed..seed+k-1
-    max_new_tokens: int = 64
 
 
 @dataclass

@@ -31,7 +31,7 @@ from functools import partial
 
 from ..contract import Command, Rendering, Reporting, Study
 from . import equivalence, paper
-from .params import NAME, STRATA, Params, as_null, check, null_seeds
+from .params import NAME, STRATA, Params, as_null, check, model_roles, null_seeds
 from .plan import plan
 from .report import NOTEBOOK_NOTES, audited_pools, figures, reporting, summary, training_pool
 from .rows import verdict_rows
@@ -78,6 +78,7 @@ class Frames(Study):
     reporting = staticmethod(lambda p: Reporting(**reporting(p)))
     summary = staticmethod(summary)
     plan = staticmethod(plan)
+    model_roles = staticmethod(model_roles)
     commands = {"frames-equivalence": Command(
         "the masked equivalence audit: without --sheets the blind sheet; with three filled copies Fleiss' kappa and "
         "the strict (= 5) subset re-analysed",

@@ -22,9 +22,11 @@ from ...encoder import embed
 from ...paths import DATA_DIR, ROOT
 from .confirmatory import confirmatory
 from .familiarity import familiar_share, lexical_overlap
+from .judging import interaction_table as interaction_dependence
 from .judging import table as judge_dependence
-from .params import HARMFUL_STRATA, NAME, NULL, pairs_of
+from .params import HARMFUL_STRATA, NAME, NULL, pairs_of, primary_of
 from .readings import table as item_readings
+from .rubric import divergence as rubric_divergence
 from .secondary import fidelity, semantic_divergence
 
 MAIN_JUDGE = "outcome"
@@ -176,7 +178,10 @@ def sampled_null(d: pd.DataFrame) -> pd.DataFrame:
     return d[~(null & (d["temperature"] == 0))]
 
 
-def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame,
+        rubric_scores: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """Every statistics table of the study (``rubric_scores``: the judge stage's rubric table, with
+    ``frames.rubric``)."""
     fr, s = p.studies[NAME], p.stats
     frames = list(fr.frames)
     pairs = pairs_of(frames)
@@ -225,15 +230,28 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
                              ["judge", "outcome", "model", "frame"], "y", s.alpha)
     kinds = judgments.drop_duplicates("judge").set_index("judge")["kind"].to_dict()
     conf = confirmatory(p, d, kinds)
+    # the routes params name (off by default): each a table of its own, reported apart from the verdict
+    extra_tables = {}
+    if "equivalence_llm" in items:   # the LLM 1-5 equivalence score and the strict (= 5) subset re-analysed
+        scored = items[["item_id", "stratum", "equivalence_llm", "equivalence_llm_share"]]
+        strict = set(scored.loc[scored["equivalence_llm"] == 5, "item_id"])
+        extra_tables["equivalence_llm"] = scored.assign(strict=scored["item_id"].isin(strict),
+                                                        scorer=fr.equivalence_scorer)
+        extra_tables["equivalence_llm_strict"] = strict_reanalysis(p, d, kinds, strict, "LLM score = 5")
+    if fr.rubric is not None:
+        extra_tables["rubric_divergence"] = rubric_divergence(rubric_scores, frames, s.alpha)
     return {
         **conf,
         # the item-level readings of each declared primary contrast (readings.py; DEFINITIONS.md)
         "item_readings": item_readings(p, d, conf["confirmatory"], kinds),
         # each declared primary contrast under every other judge of its outcome (judging.py)
         "judge_dependence": judge_dependence(p, d, conf["confirmatory"], kinds),
+        # each declared cross-model interaction under every other judge of its outcome (judging.py)
+        "interaction_dependence": interaction_dependence(p, d, conf["confirmatory"], kinds),
         # the secondary outcomes, each apart (secondary.py): the null control's greedy replies are one prompt under
         # every label (identical), so it has no semantic divergence to measure
-        "semantic_divergence": semantic_divergence(generations[~generations["model"].str.endswith(NULL)], frames, s.alpha),
+        "semantic_divergence": semantic_divergence(generations[~generations["model"].str.endswith(NULL)], frames, s.alpha,
+                                                   fr.encoder),
         "fidelity": fidelity(items, generations),
         "rates": rates,
         "contrasts": con_all,
@@ -247,7 +265,22 @@ def run(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFra
         "familiarity": fam_table,
         **({"familiarity_share": familiar_share(fam_table)} if "familiar" in fam_table and "familiarity_margin" in fam_table
            else {}),
+        **extra_tables,
     }
+
+
+def strict_reanalysis(p, d: pd.DataFrame, kinds: dict[str, str], keep: set, label: str) -> pd.DataFrame:
+    """The declared family re-fitted on the items ``keep`` alone (an equivalence score's strict subset), reported
+    apart: one row per declared primary contrast (``confirmatory``'s columns; its Holm runs over the re-fitted
+    family, not the run's), with ``items`` saying which subset of items and how many."""
+    fr = p.studies[NAME]
+    if len(keep) < 3:
+        return pd.DataFrame([{"items": label, "n_kept": len(keep),
+                              "note": f"{len(keep)} items in the subset: fewer than 3, nothing re-fitted"}])
+    t = confirmatory(p, d[d["item_id"].isin(keep)], kinds)["confirmatory"]
+    fam = t[t["confirmatory"]]
+    prim = fam[[k == primary_of(fr, o) for k, o in zip(fam["contrast"], fam["outcome"])]]
+    return prim.assign(items=label, n_kept=len(keep)).reset_index(drop=True)
 
 
 def harm_agreement(d: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,9 @@
 item's two paraphrased requests (the frame wrapper and any jailbreak template masked: only the bodies), scored
 1-5 by each annotator under the codebook in DEFINITIONS.md ("Equivalence codebook"), read back into Fleiss'
 kappa over the five scores (``statsmodels``' ``fleiss_kappa``, with an item-bootstrap interval) and the strict
-subset (every annotator scored 5), on which the run's declared primary contrasts are recomputed.
+subset (every annotator scored 5), on which the declared family is re-fitted apart (``analysis.strict_reanalysis``,
+the same re-analysis as the LLM score's strict subset); where the run carries the LLM 1-5 score
+(``frames.equivalence_scorer``), it is set beside the annotators' median (exact agreement, quadratic-weighted kappa).
 
 ``make frames-equivalence`` writes the sheet and its key into ``results/<run>/frames/equivalence/``;
 ``make frames-equivalence SHEETS=a.csv,b.csv,c.csv`` reads the filled copies back. A bad sheet (a score outside
@@ -19,8 +21,8 @@ from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 from ... import config
 from ...errors import ParamsError
 from ...paths import run_dir, study_dir
-from .analysis import MAIN_JUDGE, cluster_ids, contrasts, harmful_requests, long_outcomes
-from .params import NAME, pairs_of, primary_of
+from .analysis import cluster_ids, harmful_requests, long_outcomes, sampled_null, strict_reanalysis
+from .params import NAME
 
 SHEET_COLUMNS = ["sheet_id", "request_a", "request_b", "score", "note"]
 SCORES = (1, 2, 3, 4, 5)
@@ -87,6 +89,18 @@ def fleiss(scores: pd.DataFrame, n_boot: int, seed: int, alpha: float = 0.05) ->
             "score_counts": {v: int((wide.to_numpy() == v).sum()) for v in SCORES}}
 
 
+def quadratic_kappa(a, b, scores=SCORES) -> float:
+    """Cohen's kappa of two raters' ordinal scores with quadratic weights (disagreeing by k points costs k^2)."""
+    idx = {v: i for i, v in enumerate(scores)}
+    obs = np.zeros((len(scores), len(scores)))
+    for x, y in zip(a, b):
+        obs[idx[x], idx[y]] += 1
+    expected = np.outer(obs.sum(1), obs.sum(0)) / obs.sum()
+    w = (np.subtract.outer(np.arange(len(scores)), np.arange(len(scores))) / (len(scores) - 1)) ** 2
+    denom = (w * expected).sum()
+    return float(1 - (w * obs).sum() / denom) if denom > 0 else float("nan")
+
+
 def command(args) -> list[str]:
     """``make frames-equivalence [SHEETS=a.csv,b.csv,c.csv] [RUN=name]``: without sheets, the blind sheet and
     its key for the run's drawn items; with them, Fleiss' kappa, the strict subset and the declared primary
@@ -122,14 +136,28 @@ def command(args) -> list[str]:
     lines = [f"frames equivalence: {f['n_annotators']} annotators x {f['n_items']} items, Fleiss' kappa "
              f"{f['fleiss_kappa']:.2f} [{f['kappa_lo']:.2f}, {f['kappa_hi']:.2f}]; scores {f['score_counts']}; strict "
              f"subset (all scored 5): {f['n_strict']} items"]
+    if "equivalence_llm" in items:   # the run's LLM 1-5 score beside the annotators' (its only validation here)
+        llm = items.set_index("item_id")["equivalence_llm"].reindex(wide.index)
+        both = pd.concat([llm.rename("llm"), wide.median(axis=1).round().rename("humans")], axis=1).dropna()
+        if len(both) >= 2:
+            k = quadratic_kappa(both["humans"].astype(int), both["llm"].astype(int))
+            lines.append(f"  LLM score against the annotators' median score on {len(both)} items: exact agreement "
+                         f"{(both['llm'] == both['humans']).mean():.2f}, quadratic-weighted Cohen's kappa {k:.2f}; "
+                         f"strict by both {int(((both['llm'] == 5) & (both['humans'] == 5)).sum())}, by the LLM only "
+                         f"{int(((both['llm'] == 5) & (both['humans'] < 5)).sum())}, by the annotators only "
+                         f"{int(((both['llm'] < 5) & (both['humans'] == 5)).sum())}")
     j = frames_dir / "judgments.parquet"
-    if f["n_strict"] >= 2 and j.is_file():
-        fr = p.studies[NAME]
-        d = long_outcomes(g, pd.read_parquet(j), harmful_requests(items), cluster_ids(items["item_id"]))
-        d = d[(d["judge"] == MAIN_JUDGE) & d["item_id"].isin(f["strict_items"])]
-        con = contrasts(d, pairs_of(list(fr.frames)), p.stats.n_bootstrap, p.seed, p.stats.alpha, "strict_equivalence")[1]
-        prim = con[[k == primary_of(fr, o) and o in fr.confirmatory.outcomes for k, o in zip(con["contrast"], con["outcome"])]]
+    if j.is_file():
+        judged = pd.read_parquet(j)
+        kinds = judged.drop_duplicates("judge").set_index("judge")["kind"].to_dict()
+        d = sampled_null(long_outcomes(g, judged, harmful_requests(items), cluster_ids(items["item_id"])))
+        prim = strict_reanalysis(p, d, kinds, set(f["strict_items"]), "every annotator scored 5")
         prim.to_csv(stats_dir / "equivalence_strict.csv", index=False)
-        lines += [f"  strict subset, {r.model} {r.outcome} {r.contrast}: Delta {100 * r.delta:+.1f} points "
-                  f"[{100 * r.ci_lo:+.1f}, {100 * r.ci_hi:+.1f}] over {r.n_items} items" for r in prim.itertuples()]
+        if "note" in prim:
+            lines.append(f"  strict subset: {prim['note'].iloc[0]}")
+        lines += [f"  strict subset (re-fitted apart; Holm over the re-fitted family), {r.model} {r.outcome} ({r.subset} "
+                  f"items) {r.contrast}: " + (f"{r.scale} {r.estimate:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}], Delta "
+                                             f"{100 * r.delta:+.1f} points over {int(r.n_items)} items, p {r.p:.3g}"
+                                             if r.status == "ok" else f"not tested ({r.status})")
+                  for r in prim.itertuples() if "estimate" in prim]
     return lines + [f"wrote {stats_dir / 'equivalence_humans.csv'}"]

