@@ -15,7 +15,7 @@ from test_confusion_study import NoLoad, user_params
 from refusal_audit import paths
 from refusal_audit.paths import ROOT
 from refusal_audit.studies import confusion as C
-from refusal_audit.studies.confusion import arm_verdict, meaning, rows, user_run
+from refusal_audit.studies.confusion import arm_verdict, meaning, rows, user_run, wording
 from refusal_audit.verdict import USER
 
 DATA = ROOT / "data" / "confusion" / "lookalike"
@@ -130,6 +130,32 @@ def test_lookalikes_rest_on_the_cosine_the_sheet_asks_and_the_filled_sheet_clear
     s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
     assert (s["confusion_rate"], s["n_cosine_events"], s["n_cosine_confused"]) == (0.0, 0, 0)
     assert s["verdict"] == "follows intents" and not (folder / arm_verdict.SHEET).exists()
+
+
+def test_a_trigger_word_guard_reads_follows_intents_or_wording_and_the_calibration_counts_such_guards(
+        tmp_path, monkeypatch, gated):
+    """A guard keyed on harm words that survive paraphrase ("steal", "kill": four whole clusters, two look-alike pairs)
+    is far below its random-placement null, so the old rule read "follows intents"; placed among prompts holding the
+    same harm words its rejections cannot move (p 1.000), and the verdict says the wording explains them. The
+    calibration's trigger-word guards (random lexicon lists, sizes in params) are called by the verdict's rule in at
+    most 5 % of draws, while the random placement alone calls most of them. Seen failing with the wording-matched null
+    left out of the rule (``analysis.null_answer``): "follows intents", and trigger-word rows called at 1.00."""
+    folder = run(tmp_path, monkeypatch, gated, "trigger_guard.csv", "trigger")
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert (s["n_rejected"], s["n_confused"]) == (20, 0) and s["confusion_rate_p_below"] < 0.05
+    assert s["wording_p_below"] == 1.0 and s["verdict"] == wording.WORDING
+    assert (s["n_keyed"], s["n_keyed_rejected"], s["n_unkeyed_rejected"], s["n_wording_fixed"]) == (20, 20, 0, 20)
+    report = (folder / "report.html").read_text()
+    assert "THE WORDING EXPLAINS ITS REJECTIONS AS WELL AS INTENTS DO" in report
+    cal = pd.read_csv(folder / "confusion_null_calibration.csv")
+    trig = cal[cal["scenario"].str.startswith("trigger words")]
+    # one row per list size of the ci params (10 and 40 words)
+    assert len(trig) == 2 and (trig["kind"] == "no_effect").all() and trig["n_draws"].sum() == s["n_trigger_guards"]
+    assert (trig["called"] <= 0.05).all() and (trig["called_random_only"] > 0.5).all()
+    assert s["fpr_trigger"] <= 0.05 < s["fpr_trigger_random_only"] and s["fpr"] >= s["fpr_trigger"]
+    # the intent guard's three refused intents hold no harm word: it still follows intents
+    s = pd.read_csv(run(tmp_path, monkeypatch, gated, "intent_guard.csv", "intents2") / "confusion_summary.csv").iloc[0]
+    assert s["verdict"] == "follows intents" and s["wording_p_below"] < 0.05 and s["n_keyed_rejected"] == 0
 
 
 @pytest.mark.parametrize("row, message", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ... import lexicon
 from ...config import ParamsError, need, need_models
 from ...judges import registry
 from . import analysis
@@ -57,6 +58,10 @@ class MetricParams(M.MetricChoices):  # the metrics' choices (theta is gates.tau
 class NullParams:  # nulls.py: random placements of an arm's rejections (DEFINITIONS.md, "Nulls")
     n_perm: int = 1000  # placements of the permutation null (p-values to 1 / (n_perm + 1))
     n_draws: int = 200  # simulated decision sets per scenario for the verdict's false-positive rate and power
+    # the trigger-word guards of the calibration (wording.py): this many random word lists of each size, drawn from the
+    # harm lexicon under the run's seed; each rejects the prompts holding any of its words (0: none)
+    trigger_lists: int = 100
+    trigger_sizes: list[int] = field(default_factory=lambda: [10, 20, 40])
 
 
 @dataclass
@@ -147,6 +152,11 @@ def check(p, where: str) -> None:
          "an integer >= 19 (a p-value below 0.05 needs at least 19 placements)", c.nulls.n_perm)
     need(isinstance(c.nulls.n_draws, int) and c.nulls.n_draws >= 10, where, "confusion.nulls.n_draws",
          "an integer >= 10", c.nulls.n_draws)
+    need(isinstance(c.nulls.trigger_lists, int) and c.nulls.trigger_lists >= 0, where, "confusion.nulls.trigger_lists",
+         "an integer >= 0 (trigger-word guards per list size; 0: none)", c.nulls.trigger_lists)
+    for i, size in enumerate(c.nulls.trigger_sizes):
+        need(isinstance(size, int) and 1 <= size <= len(lexicon.words()), where, f"confusion.nulls.trigger_sizes[{i}]",
+             f"an integer in [1, {len(lexicon.words())}] (words drawn from the harm lexicon)", size)
     need(c.signal_batch >= 1, where, "confusion.signal_batch", "an integer >= 1", c.signal_batch)
     need(c.same_meaning_judge is None or c.same_meaning_judge in p.models, where, "confusion.same_meaning_judge",
          f"a model named under models ({sorted(p.models)}), or absent", c.same_meaning_judge)

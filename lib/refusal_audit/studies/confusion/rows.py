@@ -22,6 +22,7 @@ from ...verdict import (
     not_computed,
 )
 from . import analysis, controls
+from . import wording as W
 from .params import NAME
 from .verdicts import null_row
 
@@ -67,12 +68,18 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls, role: str = PRI
         return Verdict(NAME, r.model, role, QUESTION, answer,
                        f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
                        **first)
-    follows = answer == "follows intents"
+    follows = answer in ("follows intents", W.WORDING)
+    worded = "" if pd.isna(n.get("wording_p_below", float("nan"))) else (
+        f", {n['confusion_rate_wording_null']:.2f} among prompts of the same harm words (p {n['wording_p_below']:.3f}; "
+        f"{int(n['n_keyed_rejected'])} of {int(n['n_rejected'])} rejections in clusters whose every phrasing holds one)")
     est = (f"CR {n['confusion_rate']:.2f} [{r.confusion_rate_w_lo:.2f}, {r.confusion_rate_w_hi:.2f}] (Wilson, "
            f"{int(n['n_rejected'])} rejections) vs {n['confusion_rate_null']:.2f} under random placement "
-           f"(p {n['confusion_rate_p_below']:.3f}); FRR {r.frr:.3f}; {judge}")
+           f"(p {n['confusion_rate_p_below']:.3f}){worded}; FRR {r.frr:.3f}; {judge}")
+    trig = ("" if pd.isna(n.get("fpr_trigger", float("nan"))) else
+            f"; trigger-word guards {n['fpr_trigger']:.1%} ({int(n['n_trigger_guards'])} guards; "
+            f"{n['fpr_trigger_random_only']:.1%} without the harm-word null)")
     fpr = (f"{n['fpr']:.1%} (worst of 2 null scenarios, uniform and surface-form placement, "
-           f"{int(n['n_null_draws'])} draws each)")
+           f"{int(n['n_null_draws'])} draws each{trig})")
     power = (f"{n['power_at_half']:.2f} at a CR drop of {n['effect_at_half']:.2f} (half the rejections in whole "
              "clusters)" if follows else
              (f"MDE: CR drop {n['mde']:.2f} below the null" if pd.notna(n["mde"])

@@ -31,6 +31,7 @@ from ...paths import run_dir, study_dir
 from . import analysis, arm_verdict, gates, meaning
 from . import clusters as cl
 from . import same_meaning_judge as J
+from . import wording as W
 from .params import NAME, confusion_params
 from .stages import build_items, generate, judge, preflight, prompts
 from .verdicts import _null_words, gate_verdict
@@ -44,7 +45,8 @@ NULL_COLUMNS = ["model", "judge", "verdict", "confusion_rate_null", "confusion_r
                 "n_draws", "rule_theta", "rule_n_pairs", "rule_precision", "rule_precision_lo", "rule_precision_hi",
                 "rule_recall", "rule_recall_lo", "rule_recall_hi", "n_cosine_events", "n_cosine_confused",
                 "confusion_rate_without_cosine", "p_below_without_cosine", "verdict_without_cosine",
-                "verdict_rests_on_cosine"]
+                "verdict_rests_on_cosine", "confusion_rate_wording_null", "wording_p_below", *W.SPLIT, "fpr_random_only",
+                "fpr_trigger", "fpr_trigger_random_only", "n_trigger_guards"]
 
 
 def read_decisions(path: str | Path, ids: set[str], clusters_csv: str | Path) -> pd.DataFrame:
@@ -241,6 +243,10 @@ def headline(summary: pd.DataFrame) -> pd.DataFrame:
             "n/a" if pd.isna(r["confusion_rate_null"]) else
             f"{r['confusion_rate_null']:.2f} [{r['confusion_rate_null_lo']:.2f}, {r['confusion_rate_null_hi']:.2f}], "
             f"p(below) {r['confusion_rate_p_below']:.3f}; FPR {r['fpr']:.1%}" for _, r in summary.iterrows()])
+    if "wording_p_below" in summary:
+        out.insert(out.columns.get_loc("CR null (random placement)") + 1, "CR null (same harm words)", [
+            "n/a" if pd.isna(r["wording_p_below"]) else
+            f"{r['confusion_rate_wording_null']:.2f}, p(below) {r['wording_p_below']:.3f}" for _, r in summary.iterrows()])
     return out
 
 
@@ -267,11 +273,14 @@ def arm_words(r, n) -> str:
             "rejections placed at random would)" if n["verdict"] == "follows intents" else
             " (its benign rejections sit beside accepted prompts of the same meaning as often as the same number of "
             "rejections placed at random: no evidence that its refusal boundary follows intents)"
-            if n["verdict"] == "confused at chance" else "")
+            if n["verdict"] == "confused at chance" else
+            " (its benign rejections fill whole intents, but no more than the same rejections placed at random among "
+            "prompts holding the same harm words would: a guard keyed on those words would do the same)"
+            if n["verdict"] == W.WORDING else "")
     out = (f"{r.model} / {r.judge}: {n['verdict']}{word}. Rejects {r.frr:.0%} of {int(r.n_prompts)} {r.population} "
            f"(FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}]); Confusion Rate {r.confusion_rate:.2f} "
            f"({int(r.n_confused)} of {int(r.n_rejected)} rejections with an accepted prompt of the same meaning)."
-           + _null_words(n, r) + " " + arm_verdict.rule_words(n))
+           + _null_words(n, r) + W.words_line(n) + " " + arm_verdict.rule_words(n))
     if r.n_cross_events > 0 or r.n_known_removed > 0:
         out += (f" Across clusters: {int(r.n_cross_confused)} rejections confused by another cluster "
                 f"({int(r.n_cross_events)} events, {int(r.n_known_events)} of them with a known same-intent twin, "

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, arm_verdict, controls
+from . import wording as W
 from .params import NAME
 
 
@@ -67,7 +68,8 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        + (f"{analysis.null_answer(n)}. " if n is not None else "")
                        + f"FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " "
+                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r)
+                       + (W.words_line(n) if n is not None else "") + " "
                        + _theta_words(p, tables.get("same_meaning_rule"))
                        + (arm_verdict.cosine_words(n) if n is not None else "") + extra + every)
     pairs = tables.get("arm_pairs")
@@ -129,10 +131,26 @@ def _null_words(n, r) -> str:
     if "fpr" in n and pd.notna(n["fpr"]):
         mde = (f"smallest CR drop detected in 80 % of draws {n['mde']:.2f}" if pd.notna(n["mde"])
                else "no planted drop detected in 80 % of draws")
-        out += (f" The test (CR below its null at alpha {n['alpha']:g}) calls {n['fpr']:.1%} of null draws (worst "
-                f"of 2 null scenarios, {int(n['n_null_draws'])} draws each), {n['power_at_half']:.2f} of {int(n['n_draws'])} "
-                f"draws with half the rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
+        out += (f" The test (CR below its null at alpha {n['alpha']:g}{_wording_rule(n)}) calls {n['fpr']:.1%} of null "
+                f"draws ({_null_scenarios(n)}), {n['power_at_half']:.2f} of {int(n['n_draws'])} draws with half the "
+                f"rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
+        if pd.notna(n.get("fpr_trigger", np.nan)):
+            out += (f" Trigger-word guards (random lists of harm-lexicon words; {int(n['n_trigger_guards'])} reject a "
+                    f"benign prompt): called \"follows intents\" in at most {n['fpr_trigger']:.1%} per list size, "
+                    f"{n['fpr_trigger_random_only']:.1%} by the random placement alone.")
     return out
+
+
+def _wording_rule(n) -> str:
+    return " and below the same rejections placed among prompts of the same harm words" if pd.notna(
+        n.get("wording_p_below", np.nan)) else ""
+
+
+def _null_scenarios(n) -> str:
+    """Which null scenarios the false-positive rate is the worst of."""
+    trig = (f" and {int(n['n_trigger_guards'])} trigger-word guards" if pd.notna(n.get("n_trigger_guards", np.nan))
+            else "")
+    return f"worst of 2 null scenarios, {int(n['n_null_draws'])} draws each{trig}"
 
 
 def _uncovered_words(clusters: pd.DataFrame | None, model: str, judge: str) -> str:
