@@ -23,7 +23,7 @@ from ...verdict import (
 )
 from . import analysis, controls
 from . import wording as W
-from .params import NAME
+from .params import NAME, arms, testbed
 from .verdicts import null_row
 
 QUESTION = "Do benign refusals follow intents, or split paraphrases?"
@@ -105,6 +105,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         why = not_computed("no frr_vs_cr table (run the statistics stage)")
         rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, states))
     rule = tables.get("same_meaning_rule")
+    defended = {a for a, _, d in arms(p.studies[NAME]) if d is not None}
     for r in (v.itertuples() if v is not None else []):
         if rule is not None and len(rule):
             m = rule[(rule["group"] == "all") & rule["run_theta"].astype(bool)].iloc[0]
@@ -112,7 +113,10 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        rows.append(_arm(r, null_row(nulls, r.model, r.judge), judge, states))
+        row = _arm(r, null_row(nulls, r.model, r.judge), judge, states)
+        # a defense arm's row is in the detail table; the first screen keeps the audited models' own rows
+        rows.append(dataclasses.replace(row, testbed=row.testbed or testbed(p, r.model),
+                                        headline=r.model not in defended))
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())

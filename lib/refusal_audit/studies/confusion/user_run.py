@@ -30,9 +30,10 @@ from ...config import ParamsError, testbed_note
 from ...paths import run_dir, study_dir
 from . import analysis, arm_verdict, gates, meaning
 from . import clusters as cl
+from . import defenses as D
 from . import same_meaning_judge as J
 from . import wording as W
-from .params import NAME, confusion_params
+from .params import NAME, arms, confusion_params
 from .stages import build_items, generate, judge, preflight, prompts
 from .verdicts import _null_words, gate_verdict
 
@@ -95,7 +96,9 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
         pool = pool or model_lib.Pool(p.models, device=p.device)
         for name in model_names:
             model_lib.resolve(pool.spec(name).source)
-        p = dataclasses.replace(p, studies={**p.studies, NAME: dataclasses.replace(c, models=model_names)})
+        # the params' defenses apply to the defended model where MODELS names it, else to the first of MODELS
+        p = dataclasses.replace(p, studies={**p.studies, NAME: dataclasses.replace(
+            c, models=model_names, defended=c.defended if c.defended in model_names else None)})
         preflight(p, pool)
     if c.same_meaning_judge:  # the sheet's pre-labelling model found before any work
         pool = pool or model_lib.Pool(p.models, device=p.device)
@@ -124,6 +127,11 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
                                                  p.studies[NAME], p.stats, p.seed)
     summary = summary.merge(null[[c for c in null.columns if c in NULL_COLUMNS]], on=analysis.ARM, how="left")
     write_tables(folder, items, per_prompt, per_cluster, summary)
+    defended = {a: (b, d.name) for a, b, d in arms(p.studies[NAME]) if d is not None} if decided is None else {}
+    compared = D.compare(per_prompt, defended)
+    said = D.words(compared, null) if len(compared) else []
+    if len(compared):
+        compared.to_csv(folder / "confusion_defenses.csv", index=False)
     null.to_csv(folder / "confusion_nulls.csv", index=False)
     calibration.to_csv(folder / "confusion_null_calibration.csv", index=False)
     (folder / arm_verdict.SHEET).unlink(missing_ok=True)
@@ -132,7 +140,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     judge_line = pre_label(sheet, p, pool) if sheet is not None and c.same_meaning_judge else None
     figures = draw(folder, per_prompt, summary, p, cp, model_names, decisions_csv)
     gate = gate_verdict(p.studies[NAME].gates, gates.gate_drops(items),
-                              gates.gate_accuracy(items, p.studies[NAME].gates))
+                        gates.gate_accuracy(items, p.studies[NAME].gates)) + said
     write_report(folder, summary, per_cluster, figures, p, cp, clusters_csv, model_names, decisions_csv,
                  gate + ([judge_line] if judge_line else []), pairs_csv, null, sheet)
     return folder

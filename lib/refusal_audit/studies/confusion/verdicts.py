@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, arm_verdict, controls
+from . import defenses as D
 from . import wording as W
-from .params import NAME
+from .params import NAME, testbed
 
 
 def gate_verdict(gates, drops: pd.DataFrame | None, accuracy: pd.DataFrame | None) -> list[str]:
@@ -53,7 +54,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     v = tables.get("frr_vs_cr")
     if v is not None and len(v):
         for r in v.itertuples():
-            tag = " (TESTBED)" if r.model in p.models and p.models[r.model].testbed else ""
+            tag = " (TESTBED)" if testbed(p, r.model) else ""
             cr = (f"{r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}]"
                   if pd.notna(r.confusion_rate) else "not defined (no rejection)")
             extra = ""
@@ -78,6 +79,11 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                    "differently by FRR and by Confusion Rate; the Confusion Rate's own null differs between arms (a "
                    "refuser at chance sits near 1 whatever its FRR), so an ordering difference says which arm's "
                    "refusals follow intents, not which is more confused than chance.")
+    if tables.get("defenses") is not None and len(tables["defenses"]):
+        nulls = tables.get("nulls")
+        if nulls is not None and "verdict" not in nulls:
+            nulls = nulls.assign(verdict=[analysis.null_answer(r) for _, r in nulls.iterrows()])
+        out += D.words(tables["defenses"], nulls)
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())
