@@ -137,25 +137,26 @@ def stratum_ranks(codes: np.ndarray, n_draws: int, rng: np.random.Generator) -> 
 
 
 def p_below_within(p: Pool, rejected: np.ndarray, codes: np.ndarray, n_perm: int,
-                   rng: np.random.Generator) -> np.ndarray:
+                   rng: np.random.Generator, block: int = 64) -> np.ndarray:
     """P(null <= observed) of the Confusion Rate (``pvalues``) of each row of ``rejected`` (B x n), its null being its
     own rejections placed at random ``n_perm`` times within the strata ``codes`` (the same count per stratum). The
-    rows share one draw of random orders (``stratum_ranks``) and rows with the same counts share their null. NaN for
-    a row without rejections."""
+    rows share one draw of random orders (``stratum_ranks``) and rows with the same counts share their null, computed
+    ``block`` count vectors at a time in one product. NaN for a row without rejections."""
     rejected = np.atleast_2d(rejected)
     codes = np.asarray(codes)
     ranks = stratum_ranks(codes, n_perm, rng)
     observed = confusion_rate(p, rejected)
+    onehot = np.eye(int(codes.max()) + 1, dtype=np.int64)[codes]
+    counts, which = np.unique(rejected.astype(np.int64) @ onehot, axis=0, return_inverse=True)
+    null = np.full((len(counts), n_perm), np.nan)
+    for start in range(0, len(counts), block):
+        c = counts[start:start + block]
+        placed = ranks[None, :, :] < c[:, codes][:, None, :]  # (c, n_perm, n)
+        null[start:start + len(c)] = confusion_rate(p, placed.reshape(-1, len(codes))).reshape(len(c), n_perm)
     out = np.full(len(rejected), np.nan)
-    nulls: dict[bytes, np.ndarray] = {}
-    for i, row in enumerate(rejected):
-        counts = np.bincount(codes[row], minlength=int(codes.max()) + 1)
-        if not counts.sum():
-            continue
-        key = counts.tobytes()
-        if key not in nulls:
-            nulls[key] = confusion_rate(p, ranks < counts[codes][None, :])
-        out[i] = pvalues(nulls[key], float(observed[i]))[0]
+    for i, (row, k) in enumerate(zip(rejected, np.ravel(which))):
+        if row.any():
+            out[i] = pvalues(null[k], float(observed[i]))[0]
     return out
 
 
