@@ -715,7 +715,7 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
         assert all(isinstance(v, str) and v.strip() for r in rows for v in r.values())
         primary = [r for r in rows if r["role"] == "primary"]
         assert len(primary) == len(t1["frr_vs_cr"]) and {r["answer"] for r in primary} <= {
-            "follows intents", "confused at chance", "no benign rejections", "cannot tell"}
+            "follows intents", "follows intents or wording", "confused at chance", "no benign rejections", "cannot tell"}
         assert {r["role"] for r in rows} <= {"primary", "positive control", "null control", "calibration"}
     assert {"nulls", "null_calibration"} <= set(t1)
     n = t1["nulls"]

@@ -17,6 +17,7 @@ from . import metrics as M
 from . import neighbours as N
 from . import nulls, pairs
 from . import summaries as S
+from . import wording as W
 
 # what the confusion study counts as a REJECT: a refusal judge's refusal (XSTest's scheme: full or
 # partial refusal). A harmful-compliance judge's "not_harmful" is NOT a rejection here (a helpful
@@ -317,17 +318,25 @@ def arm_pools(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: M.
 
 
 def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: M.ConfusionParams, group: str,
-                n_perm: int, n_draws: int, alpha: float, seed: int, cover: int = 30) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per arm on its benign prompts: (nulls: CR and CI beside their permutation nulls with p-values, the
-    same-meaning CI (``ci_events``), the share of N_k pairs below theta, the verdict test's simulated
-    false-positive rate (worst null scenario), its power at a planted structure share of 0.5 and the
-    smallest drop it detects; calibration: every simulated scenario)."""
+                n_perm: int, n_draws: int, alpha: float, seed: int, cover: int = 30,
+                trigger: tuple[int, tuple[int, ...]] = (0, ())) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per arm on its benign prompts: (nulls: CR and CI beside their permutation nulls with p-values, CR beside the
+    wording-matched null and the wording split (``wording.py``), the same-meaning CI (``ci_events``), the share of
+    N_k pairs below theta, the verdict test's simulated false-positive rate (worst null scenario, the trigger-word
+    guards among them), its power at a planted structure share of 0.5 and the smallest drop it detects; calibration:
+    every simulated scenario). ``trigger``: (lists per size, sizes) of the trigger-word guards (``wording.guard_lists``
+    under ``seed``; none: (0, ()))."""
 
     rows, cals = [], []
+    texts = items.drop_duplicates("item_id").set_index("item_id")["text"]
+    lists = W.guard_lists(trigger[0], trigger[1], seed) if trigger[0] else []
+    guards: dict[tuple, pd.DataFrame] = {}  # the trigger-word rows of a set of prompts (every arm of one model's)
     for model, judge, b, pl in arm_pools(items, per_prompt, pairs, cp, group, cover):
         rejected = ~b["accepted"].to_numpy(dtype=bool)
         row = {"model": model, "judge": judge, "group": group, "n_prompts": len(b), "alpha": alpha}
         row.update(nulls.null_table(pl, rejected, n_perm, seed))
+        hits, sets, codes = W.of_arm(b, texts)
+        row.update(W.columns(pl, rejected, b["cluster"].to_numpy(), sets, codes, n_perm, seed))
         n_pairs, n_other = nulls.nk_below_theta(pl, rejected)
         rej = b[rejected]
         row.update({"n_nk_pairs": n_pairs, "n_nk_below_theta": n_other,
@@ -336,12 +345,24 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
                     "n_ci_events": int(rej["ci_events"].notna().sum())})
         if rejected.any():
             cal = nulls.calibrate(pl, rejected, b["cluster"].to_numpy(), b["rule"].astype(str).to_numpy(), n_perm,
-                                  n_draws, alpha, seed)
+                                  n_draws, alpha, seed, wording=codes)
+            key = tuple(b["item_id"])
+            if lists and key not in guards:
+                guards[key] = W.trigger_rows(pl, hits, codes, lists, n_perm, alpha, seed)
+            trig = guards.get(key, pd.DataFrame())
+            cal = pd.concat([cal, trig.assign(null_cr=cal["null_cr"].iloc[0], n_perm=n_perm, alpha=alpha)],
+                            ignore_index=True) if len(trig) else cal
             half = cal[cal["share"] == 0.5]
-            row.update({"fpr": float(cal.loc[cal["kind"] == nulls.NULL, "called"].max()),
+            null_rows = cal[cal["kind"] == nulls.NULL]
+            row.update({"fpr": float(null_rows["called"].max()),
+                        "fpr_random_only": float(null_rows["called_random_only"].max()),
                         "power_at_half": float(half["called"].iloc[0]), "effect_at_half": float(half["effect"].iloc[0]),
                         "mde": nulls.min_detectable(cal), "n_draws": n_draws,
-                        "n_null_draws": int(cal.loc[cal["kind"] == nulls.NULL, "n_draws"].max())})
+                        "n_null_draws": int(null_rows["n_draws"].max())})
+            if len(trig):
+                row.update({"fpr_trigger": float(trig["called"].max()),
+                            "fpr_trigger_random_only": float(trig["called_random_only"].max()),
+                            "n_trigger_guards": int(trig["n_draws"].sum())})
             cals.append(cal.assign(model=model, judge=judge))
         rows.append(row)
     calibration = pd.concat(cals, ignore_index=True) if cals else pd.DataFrame()
@@ -349,9 +370,14 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
 
 
 def null_answer(row) -> str:
-    """The verdict's closed vocabulary (DEFINITIONS.md, "Nulls"): ``follows intents`` when the Confusion Rate
-    is below its random-placement null at alpha (one-sided), ``confused at chance`` when not, ``no benign
-    rejections`` when there is nothing to place."""
+    """The verdict's closed vocabulary (DEFINITIONS.md, "Nulls" and "Wording"): ``follows intents`` when the
+    Confusion Rate is below its random-placement null at alpha (one-sided) and below its wording-matched null
+    (``wording_p_below``, where the row has it), ``follows intents or wording`` when below the first only (the harm
+    words the prompts hold explain the rejections as well as their intents), ``confused at chance`` when not below
+    the first, ``no benign rejections`` when there is nothing to place."""
     if not row["n_rejected"]:
         return "no benign rejections"
-    return "follows intents" if row["confusion_rate_p_below"] < row["alpha"] else "confused at chance"
+    if row["confusion_rate_p_below"] >= row["alpha"]:
+        return "confused at chance"
+    wording = row.get("wording_p_below", np.nan)
+    return W.WORDING if pd.notna(wording) and wording >= row["alpha"] else "follows intents"

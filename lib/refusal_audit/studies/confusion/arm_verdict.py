@@ -25,6 +25,7 @@ import pandas as pd
 
 from . import analysis, meaning, nulls
 from . import metrics as M
+from . import wording as W
 
 SHEET = "confusion_pairs_sheet.csv"
 SHEET_COLUMNS = ["id_a", "id_b", "label", "seed_a", "seed_b", "prompts_a", "prompts_b"]
@@ -73,25 +74,29 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
     word, the rule's error, the cosine-only counts, and CR, p and word with every unlabelled pair of clusters taken
     as different intents."""
     table, calibration = analysis.null_tables(items, per_prompt, pairs, cp, group, c.nulls.n_perm, c.nulls.n_draws,
-                                              s.alpha, seed, c.metrics.cover)
+                                              s.alpha, seed, c.metrics.cover,
+                                              (c.nulls.trigger_lists, tuple(c.nulls.trigger_sizes)))
     if table.empty:
         return table, calibration
     table["verdict"] = [analysis.null_answer(r) for _, r in table.iterrows()]
     alone = {}
+    texts = items.drop_duplicates("item_id").set_index("item_id")["text"]
     for model, judge, b, pool in analysis.arm_pools(items, per_prompt, pairs, without_cosine(items, cp), group,
                                                     c.metrics.cover):
         rejected = ~b["accepted"].to_numpy(dtype=bool)
-        # the placements of nulls.null_table under the same seed (a paired comparison), the CR only
+        # the placements of nulls.null_table and of the wording-matched null under the same seed (a paired
+        # comparison), the CR only
         draws = nulls.placements(pool.strata, nulls.counts_of(pool, rejected), c.nulls.n_perm,
                                  np.random.default_rng(seed))
         obs, null = float(nulls.confusion_rate(pool, rejected[None])[0]), nulls.confusion_rate(pool, draws)
         below = nulls.pvalues(null, obs)[0]
+        worded = nulls.within_null(pool, rejected, W.of_arm(b, texts)[2], c.nulls.n_perm, seed)["p_below"]
         alone[(model, judge)] = {"confusion_rate_without_cosine": obs,
                                  "confusion_rate_null_without_cosine": float(np.nanmean(null)) if rejected.any() else np.nan,
-                                 "p_below_without_cosine": below,
+                                 "p_below_without_cosine": below, "wording_p_below_without_cosine": worded,
                                  "verdict_without_cosine": analysis.null_answer(
                                      {"n_rejected": int(rejected.sum()), "confusion_rate_p_below": below,
-                                      "alpha": s.alpha})}
+                                      "wording_p_below": worded, "alpha": s.alpha})}
     extra = pd.DataFrame([{"model": m, "judge": j, **v} for (m, j), v in alone.items()])
     table = table.merge(cosine_only(per_prompt, group), on=analysis.ARM, how="left").merge(
         extra, on=analysis.ARM, how="left")

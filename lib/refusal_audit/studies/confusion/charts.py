@@ -10,6 +10,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from ...plots import caption as add_caption
+from . import analysis
 
 # cell codes of the confusion map
 STATES = ["not scored", "accepted", "rejected", "rejected, confused"]
@@ -115,8 +116,9 @@ def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
     """The verdict's statistic: per arm, the benign Confusion Rate with its Wilson interval beside its null (the
     same rejections placed at random per source set: mean and 95 % band); the verdict in words at the right.
     CR below the band: the refusals follow intents; inside it: confused as a refuser without intents is."""
-    t = table.merge(nulls[["model", "judge", "confusion_rate_null", "confusion_rate_null_lo", "confusion_rate_null_hi",
-                           "confusion_rate_p_below", "n_rejected", "alpha"]].rename(columns={"n_rejected": "n_rej"}),
+    cols = [c for c in ("confusion_rate_null", "confusion_rate_null_lo", "confusion_rate_null_hi", "confusion_rate_p_below",
+                        "n_rejected", "alpha", "confusion_rate_wording_null", "wording_p_below") if c in nulls]
+    t = table.merge(nulls[["model", "judge", *cols]].rename(columns={"n_rejected": "n_rej"}),
                     on=["model", "judge"]).sort_values(["model", "judge"]).reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(t) + 1.4))
     y = np.arange(len(t))[::-1]
@@ -128,12 +130,14 @@ def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
             ax.errorbar(r["confusion_rate"], yi, xerr=[[r["confusion_rate"] - r["confusion_rate_w_lo"]],
                                                        [r["confusion_rate_w_hi"] - r["confusion_rate"]]],
                         fmt="o", color="#c0392b", capsize=2, lw=0.9, ms=5)
-        word = ("no benign rejections" if not r["n_rej"] else "follows intents"
-                if r["confusion_rate_p_below"] < r["alpha"] else "confused at chance")
+        if pd.notna(r.get("confusion_rate_wording_null", np.nan)):
+            ax.plot(r["confusion_rate_wording_null"], yi, marker="d", mfc="none", mec="0.2", ms=5, ls="none")
+        word = analysis.null_answer(r.rename({"n_rej": "n_rejected"}))
         ax.annotate(f"{word} (p {r['confusion_rate_p_below']:.3f}, n {int(r['n_rej'])})", (1.04, yi), fontsize=6,
                     va="center", annotation_clip=False)
     ax.set_yticks(y, [f"{m} / {j}" for m, j in zip(t["model"], t["judge"])], fontsize=7)
     ax.set(xlim=(-0.03, 1.03), xlabel="Confusion Rate, benign rejections (red: Wilson 95 %; grey: random-placement "
-           "null, mean and 95 %)", title="Confusion Rate beside its null")
+           "null, mean and 95 %; diamond: placed among\nprompts of the same harm words, mean)",
+           title="Confusion Rate beside its null")
     add_caption(fig, text)
     return fig

@@ -42,6 +42,9 @@ NULL = "no_effect"  # a null scenario's kind in null_calibration.csv ("null" its
 # size under the uniform null is at most alpha by construction; 200 draws measured it only to +-3 points (a 6.0 %
 # reading, 12 of 200, on two organism arms of the default run); 2,000 give about +-1 point at 5 %.
 NULL_DRAWS = 2000
+# Placements of the wording-matched null for each simulated decision set the random-placement test calls (the
+# verdict's rule on the calibration's draws): p to 1 / 101, enough at alpha 0.05; the observed arm's uses n_perm.
+WORDING_PERM = 100
 
 
 def pool(sim: np.ndarray, cluster, label, strata, theta: float, k: int, cs_of=None, scope: str = "corpus",
@@ -120,6 +123,57 @@ def placements(strata: np.ndarray, counts: dict[int, int], n_draws: int, rng: np
     return out
 
 
+def stratum_ranks(codes: np.ndarray, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_draws x n) int: each prompt's rank within its stratum (``codes``, ints >= 0) under ``n_draws`` random
+    orders; ``ranks < counts[codes]`` places ``counts[s]`` rejections uniformly at random in each stratum s."""
+    codes = np.asarray(codes)
+    n = len(codes)
+    order = np.argsort(codes[None, :] + rng.random((n_draws, n)), axis=1)  # grouped by stratum, random within
+    sorted_codes = np.sort(codes)  # every row of ``order`` lists the strata in this order
+    rank = np.arange(n) - np.searchsorted(sorted_codes, sorted_codes, side="left")
+    out = np.empty((n_draws, n), dtype=np.int64)
+    np.put_along_axis(out, order, np.broadcast_to(rank, (n_draws, n)), axis=1)
+    return out
+
+
+def p_below_within(p: Pool, rejected: np.ndarray, codes: np.ndarray, n_perm: int,
+                   rng: np.random.Generator, block: int = 64) -> np.ndarray:
+    """P(null <= observed) of the Confusion Rate (``pvalues``) of each row of ``rejected`` (B x n), its null being its
+    own rejections placed at random ``n_perm`` times within the strata ``codes`` (the same count per stratum). The
+    rows share one draw of random orders (``stratum_ranks``) and rows with the same counts share their null, computed
+    ``block`` count vectors at a time in one product. NaN for a row without rejections."""
+    rejected = np.atleast_2d(rejected)
+    codes = np.asarray(codes)
+    ranks = stratum_ranks(codes, n_perm, rng)
+    observed = confusion_rate(p, rejected)
+    onehot = np.eye(int(codes.max()) + 1, dtype=np.int64)[codes]
+    counts, which = np.unique(rejected.astype(np.int64) @ onehot, axis=0, return_inverse=True)
+    null = np.full((len(counts), n_perm), np.nan)
+    for start in range(0, len(counts), block):
+        c = counts[start:start + block]
+        placed = ranks[None, :, :] < c[:, codes][:, None, :]  # (c, n_perm, n)
+        null[start:start + len(c)] = confusion_rate(p, placed.reshape(-1, len(codes))).reshape(len(c), n_perm)
+    out = np.full(len(rejected), np.nan)
+    for i, (row, k) in enumerate(zip(rejected, np.ravel(which))):
+        if row.any():
+            out[i] = pvalues(null[k], float(observed[i]))[0]
+    return out
+
+
+def within_null(p: Pool, rejected: np.ndarray, codes: np.ndarray, n_perm: int, seed: int) -> dict[str, float]:
+    """The Confusion Rate of ``rejected`` beside the same rejections placed at random ``n_perm`` times within the
+    strata ``codes``: the null's mean and 2.5 / 97.5 % points, P(null <= observed) (a stream of its own: the random
+    placement's draws stay as they are)."""
+    rng = np.random.default_rng(seed + 2)
+    codes = np.asarray(codes)
+    counts = np.bincount(codes[rejected], minlength=int(codes.max()) + 1)
+    null = confusion_rate(p, stratum_ranks(codes, n_perm, rng) < counts[codes][None, :])
+    ok = null[~np.isnan(null)]
+    lo, hi = np.quantile(ok, [0.025, 0.975]) if len(ok) else (np.nan, np.nan)
+    return {"null": float(ok.mean()) if len(ok) else np.nan, "null_lo": float(lo), "null_hi": float(hi),
+            "p_below": pvalues(null, float(confusion_rate(p, rejected[None])[0]))[0]}
+
+
 def counts_of(p: Pool, rejected: np.ndarray) -> dict[int, int]:
     return {int(s): int(rejected[p.strata == s].sum()) for s in np.unique(p.strata)}
 
@@ -173,34 +227,54 @@ def planted_structure(p: Pool, counts: dict[int, int], share: float, n_draws: in
 
 
 def calibrate(p: Pool, rejected: np.ndarray, cluster: np.ndarray, rule: np.ndarray, n_perm: int, n_draws: int,
-              alpha: float, seed: int, shares=(0.1, 0.2, 0.3, 0.5, 0.75, 1.0)) -> pd.DataFrame:
-    """The verdict's test ("CR below its null", one-sided at ``alpha``) on draws with a known answer, on this
-    arm's prompts and rejection counts: null scenarios (``uniform``: random placement per stratum; ``surface``:
-    a refuser of one paraphrase rule, placing rejections 4x as often on the members written by the rule most
-    rejected in the arm, a null that moves) and planted intent structure (a share of the rejections filling
-    whole clusters). One row per scenario: the share of draws called, the mean CR and its drop from the null."""
+              alpha: float, seed: int, shares=(0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
+              wording: np.ndarray | None = None) -> pd.DataFrame:
+    """The verdict's test ("CR below its null", one-sided at ``alpha``; with ``wording``, the wording strata of
+    ``wording.strata``, also below the null that places the rejections within them) on draws with a known answer,
+    on this arm's prompts and rejection counts: null scenarios (``uniform``: random placement per stratum;
+    ``surface``: a refuser of one paraphrase rule, placing rejections 4x as often on the members written by the rule
+    most rejected in the arm, a null that moves) and planted intent structure (a share of the rejections filling
+    whole clusters). One row per scenario: the share of draws called (``called``: the verdict's rule;
+    ``called_random_only``: CR below the random placement alone), the mean CR and its drop from the null."""
     rng = np.random.default_rng(seed + 1)
+    rng_w = np.random.default_rng(seed + 3)  # the wording-matched nulls' own stream
     counts = counts_of(p, rejected)
     null = np.sort(confusion_rate(p, placements(p.strata, counts, n_perm, rng)))
     null_mean = float(null.mean())
 
-    def called(draws: np.ndarray) -> tuple[float, float]:
+    def called(draws: np.ndarray) -> tuple[float, float, float]:
         cr = confusion_rate(p, draws)
         below = (1 + np.searchsorted(null, cr + 1e-12, side="right")) / (1 + len(null))
-        return float(np.mean(below < alpha)), float(np.mean(cr))
+        random_only = below < alpha
+        both = random_only.copy()
+        if wording is not None and random_only.any():
+            both[random_only] = p_below_within(p, draws[random_only], wording, WORDING_PERM, rng_w) < alpha
+        return float(np.mean(both)), float(np.mean(random_only)), float(np.mean(cr))
 
     rows = []
     top_rule = pd.Series(rule[rejected]).value_counts().index[0] if rejected.any() else rule[0]
     n_null = max(n_draws, NULL_DRAWS)
     for name, w in (("uniform", None), ("surface", np.where(rule == top_rule, 4.0, 1.0))):
-        rate, cr = called(placements(p.strata, counts, n_null, rng, w))
-        rows.append({"scenario": name, "kind": NULL, "share": 0.0, "called": rate, "cr": cr,
-                     "effect": null_mean - cr, "n_draws": n_null})
+        rate, alone, cr = called(placements(p.strata, counts, n_null, rng, w))
+        rows.append({"scenario": name, "kind": NULL, "share": 0.0, "called": rate, "called_random_only": alone,
+                     "cr": cr, "effect": null_mean - cr, "n_draws": n_null})
     for s in shares:
-        rate, cr = called(planted_structure(p, counts, s, n_draws, rng, cluster))
-        rows.append({"scenario": f"structure {s:g}", "kind": "planted", "share": s, "called": rate, "cr": cr,
-                     "effect": null_mean - cr, "n_draws": n_draws})
+        rate, alone, cr = called(planted_structure(p, counts, s, n_draws, rng, cluster))
+        rows.append({"scenario": f"structure {s:g}", "kind": "planted", "share": s, "called": rate,
+                     "called_random_only": alone, "cr": cr, "effect": null_mean - cr, "n_draws": n_draws})
     return pd.DataFrame(rows).assign(null_cr=null_mean, n_perm=n_perm, alpha=alpha)
+
+
+def guards_called(p: Pool, flags: np.ndarray, wording: np.ndarray, n_perm: int, alpha: float,
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each decision set of ``flags`` (G x n, True = rejected; trigger-word guards): (called by the random
+    placement alone, called by the verdict's rule: also below the wording-matched null), False where a set rejects
+    nothing. Each null from ``n_perm`` placements, common to the sets (``p_below_within``)."""
+    flags = np.atleast_2d(flags)
+    below = p_below_within(p, flags, p.strata, n_perm, np.random.default_rng(seed + 4))
+    within = p_below_within(p, flags, wording, n_perm, np.random.default_rng(seed + 5))
+    random_only = np.nan_to_num(below, nan=1.0) < alpha
+    return random_only, random_only & (np.nan_to_num(within, nan=1.0) < alpha)
 
 
 def min_detectable(cal: pd.DataFrame, power: float = 0.8) -> float:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ... import lexicon
 from ...config import ParamsError, need, need_models
 from ...judges import registry
 from ...paraphraser import ParaphraserParams  # the paraphraser's key, shared with frames
 from . import analysis
 from . import clusters as cl
+from . import defenses as D
 from . import metrics as M
 
 NAME = "confusion"
@@ -58,6 +60,10 @@ class MetricParams(M.MetricChoices):  # the metrics' choices (theta is gates.tau
 class NullParams:  # nulls.py: random placements of an arm's rejections (DEFINITIONS.md, "Nulls")
     n_perm: int = 1000  # placements of the permutation null (p-values to 1 / (n_perm + 1))
     n_draws: int = 200  # simulated decision sets per scenario for the verdict's false-positive rate and power
+    # the trigger-word guards of the calibration (wording.py): this many random word lists of each size, drawn from the
+    # harm lexicon under the run's seed; each rejects the prompts holding any of its words (0: none)
+    trigger_lists: int = 100
+    trigger_sizes: list[int] = field(default_factory=lambda: [10, 20, 40])
 
 
 @dataclass
@@ -75,6 +81,31 @@ class Params:
     # a model of the params that pre-labels make confusion's blind pairs sheet (same_meaning_judge.py; a GPU route: a
     # small model is at chance); none: the sheet is left to a person
     same_meaning_judge: str | None = None
+    # defenses applied to one model (defenses.py): each an arm <model>+<name> beside the undefended one
+    defenses: list[D.DefenseParams] = field(default_factory=list)
+    defended: str | None = None  # the model the defenses apply to (default: the first of models)
+    # the clusters the defense arms run on, drawn under the run's seed before any reply: per intended label, how many
+    # (a label absent: every cluster of it); empty: every cluster
+    defense_clusters: dict[str, int] = field(default_factory=dict)
+
+
+def defended_model(c: Params) -> str | None:
+    """The model the defenses apply to (None without defenses)."""
+    return (c.defended or c.models[0]) if c.defenses and c.models else None
+
+
+def arms(c: Params) -> list[tuple[str, str, D.DefenseParams | None]]:
+    """(arm name, model loaded, defense or None) of every system the study generates from: each model, then each
+    defense of the defended model."""
+    out = [(m, m, None) for m in c.models]
+    base = defended_model(c)
+    return out + [(D.arm(base, d), base, d) for d in c.defenses]
+
+
+def testbed(p, arm: str) -> bool:
+    """Whether an arm's model (a defense arm's: the model it defends) is a model organism of the run."""
+    base = dict((a, b) for a, b, _ in arms(p.studies[NAME])).get(arm, arm)
+    return base in p.models and p.models[base].testbed
 
 
 def confusion_params(c: Params) -> M.ConfusionParams:
@@ -141,6 +172,27 @@ def check(p, where: str) -> None:
          "an integer >= 19 (a p-value below 0.05 needs at least 19 placements)", c.nulls.n_perm)
     need(isinstance(c.nulls.n_draws, int) and c.nulls.n_draws >= 10, where, "confusion.nulls.n_draws",
          "an integer >= 10", c.nulls.n_draws)
+    need(isinstance(c.nulls.trigger_lists, int) and c.nulls.trigger_lists >= 0, where, "confusion.nulls.trigger_lists",
+         "an integer >= 0 (trigger-word guards per list size; 0: none)", c.nulls.trigger_lists)
+    for i, size in enumerate(c.nulls.trigger_sizes):
+        need(isinstance(size, int) and 1 <= size <= len(lexicon.words()), where, f"confusion.nulls.trigger_sizes[{i}]",
+             f"an integer in [1, {len(lexicon.words())}] (words drawn from the harm lexicon)", size)
+    if c.defenses:
+        need(c.defended is None or c.defended in c.models, where, "confusion.defended",
+             f"a model of confusion.models ({c.models})", c.defended)
+        names = [d.name for d in c.defenses]
+        for i, d in enumerate(c.defenses):
+            need(bool(d.name) and "+" not in d.name and names.count(d.name) == 1, where,
+                 f"confusion.defenses[{i}].name", "a unique name without '+'", d.name)
+            need(d.kind in D.KINDS, where, f"confusion.defenses[{i}].kind", " or ".join(D.KINDS), d.kind)
+            need(d.kind != D.SYSTEM_PROMPT or bool(d.system or d.suffix), where, f"confusion.defenses[{i}].system",
+                 "a system text or a suffix (a system_prompt defense that changes nothing)", d.system)
+            need(d.kind != D.PERTURB or 0 < d.rate <= 1, where, f"confusion.defenses[{i}].rate", "a share in (0, 1]",
+                 d.rate)
+        for label, n in c.defense_clusters.items():
+            need(label in cl.LABELS, where, f"confusion.defense_clusters.{label}", f"one of {list(cl.LABELS)}", label)
+            need(isinstance(n, int) and n >= 2, where, f"confusion.defense_clusters.{label}",
+                 "an integer >= 2 (clusters of that label)", n)
     need(c.signal_batch >= 1, where, "confusion.signal_batch", "an integer >= 1", c.signal_batch)
     need(c.same_meaning_judge is None or c.same_meaning_judge in p.models, where, "confusion.same_meaning_judge",
          f"a model named under models ({sorted(p.models)}), or absent", c.same_meaning_judge)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import plan as P
-from .params import NAME, decision_judges
+from .params import NAME, arms, decision_judges
 from .stages import seed_rows
 
 
@@ -32,11 +32,12 @@ def plan(p) -> pd.DataFrame:
     if c.data.source == "sets" and c.paraphraser is not None:
         rows.append(P.row(NAME, c.paraphraser.model, "paraphraser", len(seeds), 1, c.data.k, per + 60,
                           c.paraphraser.max_new_tokens))
-    for m in c.models:
-        rows.append(P.row(NAME, m, "token signals", n, 1, 0, per, 0))
-        rows.append(P.row(NAME, m, "replies", n, 1, 1, per, c.max_new_tokens))
+    for _, m, defense in arms(c):  # a defense arm runs on its model, at most on every prompt (defense_clusters)
+        what = "" if defense is None else f" ({defense.name})"
+        rows.append(P.row(NAME, m, "token signals" + what, n, 1, 0, per, 0))
+        rows.append(P.row(NAME, m, "replies" + what, n, 1, 1, per, c.max_new_tokens))
     asked = [j[4:] for j in decision_judges(p) if j.startswith("llm_")]
-    return P.frame(rows + P.judge_rows(p, NAME, n * len(c.models), per, c.max_new_tokens, asked))
+    return P.frame(rows + P.judge_rows(p, NAME, n * len(arms(c)), per, c.max_new_tokens, asked))
 
 
 def plan_notes(p) -> list[str]:

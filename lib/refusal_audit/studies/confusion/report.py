@@ -139,6 +139,9 @@ def summary(p, stage: str, table) -> list:
         if "nulls" in table:
             shown += ["Confusion Rate and CI beside their random-placement nulls, per arm (benign prompts; nulls.py):",
                       table["nulls"].round(3)]
+        if "defenses" in table:
+            shown += ["Each defense arm against the undefended arm of the same judge, paired by prompt (exact McNemar; "
+                      "defenses.py):", table["defenses"].round(3)]
         if "same_meaning_rule" in table:
             rule = table["same_meaning_rule"]
             shown += ["The same-meaning rule on hand-labelled cross-cluster pairs (meaning.py):",

@@ -23,7 +23,8 @@ from ...verdict import (
     not_computed,
 )
 from . import analysis, controls
-from .params import NAME
+from . import wording as W
+from .params import NAME, arms, testbed
 from .verdicts import null_row
 
 QUESTION = "Do benign refusals follow intents, or split paraphrases?"
@@ -68,12 +69,18 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls, role: str = PRI
         return Verdict(NAME, r.model, role, QUESTION, answer,
                        f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
                        **first)
-    follows = answer == "follows intents"
+    follows = answer in ("follows intents", W.WORDING)
+    worded = "" if pd.isna(n.get("wording_p_below", float("nan"))) else (
+        f", {n['confusion_rate_wording_null']:.2f} among prompts of the same harm words (p {n['wording_p_below']:.3f}; "
+        f"{int(n['n_keyed_rejected'])} of {int(n['n_rejected'])} rejections in clusters whose every phrasing holds one)")
     est = (f"CR {n['confusion_rate']:.2f} [{r.confusion_rate_w_lo:.2f}, {r.confusion_rate_w_hi:.2f}] (Wilson, "
            f"{int(n['n_rejected'])} rejections) vs {n['confusion_rate_null']:.2f} under random placement "
-           f"(p {n['confusion_rate_p_below']:.3f}); FRR {r.frr:.3f}; {judge}")
+           f"(p {n['confusion_rate_p_below']:.3f}){worded}; FRR {r.frr:.3f}; {judge}")
+    trig = ("" if pd.isna(n.get("fpr_trigger", float("nan"))) else
+            f"; trigger-word guards {n['fpr_trigger']:.1%} ({int(n['n_trigger_guards'])} guards; "
+            f"{n['fpr_trigger_random_only']:.1%} without the harm-word null)")
     fpr = (f"{n['fpr']:.1%} (worst of 2 null scenarios, uniform and surface-form placement, "
-           f"{int(n['n_null_draws'])} draws each)")
+           f"{int(n['n_null_draws'])} draws each{trig})")
     power = (f"{n['power_at_half']:.2f} at a CR drop of {n['effect_at_half']:.2f} (half the rejections in whole "
              "clusters)" if follows else
              (f"MDE: CR drop {n['mde']:.2f} below the null" if pd.notna(n["mde"])
@@ -99,6 +106,7 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
         why = not_computed("no frr_vs_cr table (run the statistics stage)")
         rows.append(Verdict(NAME, ", ".join(p.studies[NAME].models), PRIMARY, QUESTION, why, why, why, why, states))
     rule = tables.get("same_meaning_rule")
+    defended = {a for a, _, d in arms(p.studies[NAME]) if d is not None}
     for r in (v.itertuples() if v is not None else []):
         if rule is not None and len(rule):
             m = rule[(rule["group"] == "all") & rule["run_theta"].astype(bool)].iloc[0]
@@ -106,8 +114,11 @@ def verdict_rows(p, tables: dict[str, pd.DataFrame]) -> list[Verdict]:
                      f"recall {m['recall']:.2f} on {int(m['n_pairs'])} labelled pairs")
         else:
             judge = f"judge {r.judge}; theta {theta:g}: precision and recall not computed (no same_meaning_rule table)"
-        arm = _arm(r, null_row(nulls, r.model, r.judge), judge, states)
-        rows.append(judge_sanity.flag(arm, tables.get("judge_sanity"), (r.judge,)))  # its judge below a floor
+        row = _arm(r, null_row(nulls, r.model, r.judge), judge, states)
+        row = judge_sanity.flag(row, tables.get("judge_sanity"), (r.judge,))  # its judge below a floor
+        # a defense arm's row is in the detail table; the first screen keeps the audited models' own rows
+        rows.append(dataclasses.replace(row, testbed=row.testbed or testbed(p, r.model),
+                                        headline=r.model not in defended))
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())

@@ -18,7 +18,8 @@ from ...paths import DATA_DIR, study_dir
 from ...prompts import build_prompts, prompt_id
 from . import analysis, arm_verdict, controls, gates, meaning, neighbours, pairs, paraphrase, signals
 from . import clusters as cl
-from .params import NAME, REFUSING, USER_SENTINEL, confusion_params, decision_judges
+from . import defenses as D
+from .params import NAME, REFUSING, USER_SENTINEL, arms, confusion_params, decision_judges
 
 
 def _model_config(models, name: str):
@@ -154,15 +155,19 @@ def prompts(p, items: pd.DataFrame, models) -> pd.DataFrame:
     if included.empty:
         raise ValueError(f"{p.source_file}: confusion: no prompt passed the gates (every cluster was left with fewer "
                          "than two members); the items table's gate_reason says why for each row")
-    system = c.system_prompt or None
     parts = []
-    for name in c.models:
-        tok = models.tokenizer(name)
-        built = build_prompts(included, tok, [(0, system)], models.context_window(name), c.max_new_tokens)
+    chosen = D.chosen_clusters(included, c.defense_clusters, p.seed) if c.defenses else set()
+    for arm, base, defense in arms(c):
+        tok = models.tokenizer(base)
+        system = D.system(c.system_prompt or None, defense)
+        rows = included if defense is None else included[included["cluster"].isin(chosen)]
+        asked = rows if defense is None else rows.assign(query=[D.request(t, defense) for t in rows["text"]])
+        built = build_prompts(asked, tok, [(0, system)], models.context_window(base), c.max_new_tokens)
         spans = [user_span(tok, system, list(ids)) for ids in built["input_ids"]]
         parts.append(built.assign(
-            prompt_id=[prompt_id(name, x) for x in built["prompt_id"]], model=name,
-            cluster=included["cluster"].values, user_start=[s[0] for s in spans], user_stop=[s[1] for s in spans],
+            prompt_id=[prompt_id(arm, x) for x in built["prompt_id"]], model=arm, base_model=base,
+            defense=defense.name if defense else D.NONE, query=rows["text"].values,  # the request as the user wrote it
+            cluster=rows["cluster"].values, user_start=[s[0] for s in spans], user_stop=[s[1] for s in spans],
             span_exact=[s[2] for s in spans]))
     return pd.concat(parts, ignore_index=True)
 
@@ -187,9 +192,11 @@ def token_signals(p, prompts: pd.DataFrame, models, cache=None, known=None) -> d
     cp = dataclasses.replace(confusion_params(c), known=known_labels(p, prompts["cluster"]) if known is None else known)
     cache = cache if cache is not None else signals.SignalCache()
     out = {}
-    for name in c.models:
-        model, tok = models.load(name)
+    for name, base, _ in arms(c):
         rows = prompts[prompts["model"] == name].reset_index(drop=True)
+        if rows.empty:  # an arm without prompts (a prompts table built for some arms only)
+            continue
+        model, tok = models.load(base)
         ids = [list(map(int, x)) for x in rows["input_ids"]]
         try:
             sigs = signals.compute_signals(model, ids, model_name=name, layer=c.metrics.layer,
@@ -223,10 +230,12 @@ def generate(p, prompts: pd.DataFrame, models, shards: store.ShardStore, known=N
     per_model = token_signals(p, prompts, models, known=known)
     full = [retention.make("full")]
     parts = []
-    for name in c.models:
+    for name, base, _ in arms(c):
         rows = prompts[prompts["model"] == name]
-        gens = executor.generate(p, models, name, rows, lambda row: full, shards,
-                                 [generation.Decoding(0.0, p.seed, c.max_new_tokens)], carry=CARRY)
+        if rows.empty:
+            continue
+        gens = executor.generate(p, models, base, rows, lambda row: full, shards,
+                                 [generation.Decoding(0.0, p.seed, c.max_new_tokens)], carry=CARRY).assign(model=name)
         parts.append(gens.merge(per_model[name], on="prompt_id", how="left", validate="many_to_one"))
     return pd.concat(parts, ignore_index=True)
 
@@ -286,6 +295,8 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     nulls, calibration = arm_verdict.null_tables(items, per_prompt, signal_pairs, cp, analysis.benign_group(per_cluster),
                                                  c, s, p.seed)
     tables.update({"nulls": nulls, "null_calibration": calibration})
+    if c.defenses:  # each defense arm against the undefended one, paired by prompt
+        tables["defenses"] = D.compare(per_prompt, {a: (b, d.name) for a, b, d in arms(c) if d is not None})
     if meaning.SCORED.is_file():  # the same-meaning rule's measured error (benchmarks/confusion_same_meaning.py)
         scored = pd.read_csv(meaning.SCORED)
         grid = sorted(set(np.round(np.arange(0.6, 0.96, 0.05), 3)) | {cp.theta})

@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, arm_verdict, controls
-from .params import NAME
+from . import defenses as D
+from . import wording as W
+from .params import NAME, testbed
 
 
 def gate_verdict(gates, drops: pd.DataFrame | None, accuracy: pd.DataFrame | None) -> list[str]:
@@ -52,7 +54,7 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
     v = tables.get("frr_vs_cr")
     if v is not None and len(v):
         for r in v.itertuples():
-            tag = " (TESTBED)" if r.model in p.models and p.models[r.model].testbed else ""
+            tag = " (TESTBED)" if testbed(p, r.model) else ""
             cr = (f"{r.confusion_rate:.2f} [{r.confusion_rate_lo:.2f}, {r.confusion_rate_hi:.2f}]"
                   if pd.notna(r.confusion_rate) else "not defined (no rejection)")
             extra = ""
@@ -67,7 +69,8 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                        + (f"{analysis.null_answer(n)}. " if n is not None else "")
                        + f"FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}], "
                        f"Confusion Rate {cr} over {r.n_clusters} {r.group} clusters ({r.clusters_mixed} mixed, "
-                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r) + " "
+                       f"{r.clusters_all_rejected} rejected whole)." + _null_words(n, r)
+                       + (W.words_line(n) if n is not None else "") + " "
                        + _theta_words(p, tables.get("same_meaning_rule"))
                        + (arm_verdict.cosine_words(n) if n is not None else "") + extra + every)
     pairs = tables.get("arm_pairs")
@@ -76,6 +79,11 @@ def verdicts(p, tables: dict[str, pd.DataFrame]) -> list[str]:
                    "differently by FRR and by Confusion Rate; the Confusion Rate's own null differs between arms (a "
                    "refuser at chance sits near 1 whatever its FRR), so an ordering difference says which arm's "
                    "refusals follow intents, not which is more confused than chance.")
+    if tables.get("defenses") is not None and len(tables["defenses"]):
+        nulls = tables.get("nulls")
+        if nulls is not None and "verdict" not in nulls:
+            nulls = nulls.assign(verdict=[analysis.null_answer(r) for _, r in nulls.iterrows()])
+        out += D.words(tables["defenses"], nulls)
     planted = tables.get("planted")
     if planted is not None and len(planted):
         ok = bool(planted["match"].all())
@@ -129,10 +137,26 @@ def _null_words(n, r) -> str:
     if "fpr" in n and pd.notna(n["fpr"]):
         mde = (f"smallest CR drop detected in 80 % of draws {n['mde']:.2f}" if pd.notna(n["mde"])
                else "no planted drop detected in 80 % of draws")
-        out += (f" The test (CR below its null at alpha {n['alpha']:g}) calls {n['fpr']:.1%} of null draws (worst "
-                f"of 2 null scenarios, {int(n['n_null_draws'])} draws each), {n['power_at_half']:.2f} of {int(n['n_draws'])} "
-                f"draws with half the rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
+        out += (f" The test (CR below its null at alpha {n['alpha']:g}{_wording_rule(n)}) calls {n['fpr']:.1%} of null "
+                f"draws ({_null_scenarios(n)}), {n['power_at_half']:.2f} of {int(n['n_draws'])} draws with half the "
+                f"rejections in whole clusters (CR drop {n['effect_at_half']:.2f}); {mde}.")
+        if pd.notna(n.get("fpr_trigger", np.nan)):
+            out += (f" Trigger-word guards (random lists of harm-lexicon words; {int(n['n_trigger_guards'])} reject a "
+                    f"benign prompt): called \"follows intents\" in at most {n['fpr_trigger']:.1%} per list size, "
+                    f"{n['fpr_trigger_random_only']:.1%} by the random placement alone.")
     return out
+
+
+def _wording_rule(n) -> str:
+    return " and below the same rejections placed among prompts of the same harm words" if pd.notna(
+        n.get("wording_p_below", np.nan)) else ""
+
+
+def _null_scenarios(n) -> str:
+    """Which null scenarios the false-positive rate is the worst of."""
+    trig = (f" and {int(n['n_trigger_guards'])} trigger-word guards" if pd.notna(n.get("n_trigger_guards", np.nan))
+            else "")
+    return f"worst of 2 null scenarios, {int(n['n_null_draws'])} draws each{trig}"
 
 
 def _uncovered_words(clusters: pd.DataFrame | None, model: str, judge: str) -> str:
