@@ -27,9 +27,11 @@ EVERY_STUDY = SimpleNamespace(studies=dict.fromkeys(["kv", "frames", "confusion"
 ENGINE = sorted(standins.ENGINE_IDS)  # one hub id per family
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    """A Hugging Face cache holding a stand-in under every hub id the paper params name (read offline)."""
+    """A Hugging Face cache holding a stand-in under every hub id the paper params name (read offline), for this
+    module only: session-wide, its cache and offline switch outlived the module and sized the paper's hub ids
+    for every later test of the same worker as the stand-ins."""
     import huggingface_hub.constants as hf
 
     root = tmp_path_factory.mktemp("hf")
@@ -230,7 +232,7 @@ def test_soft_capping_is_applied(hub):
 RENDER = sorted(standins.FAMILIES)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tokenizers(hub):
     out = {}
     for family in RENDER:

@@ -150,8 +150,8 @@ def test_paper_confusion_plan_counts_the_signal_pass_and_pairs():
     assert "10,092 prompts: 10,092 signal passes (631 batches of signal_batch 16" in notes
     # 841 clusters x 12 x 11 / 2 = 55,506 pairs within clusters; + 10,092 x cover 30 = 302,760 -> 358,266
     assert "at most 358,266 signal pairs (55,506 within clusters + 10,092 prompts x cover 30" in notes
-    # N_k: 10,092 x k 5 = 50,460 pairs per arm; 4 models x 5 decision judges = 20 arms
-    assert "10,092 x k 5 = 50,460 per arm, 20 arms" in notes
+    # N_k: 10,092 x k 5 = 50,460 pairs per arm; 4 models x 4 decision judges = 16 arms
+    assert "10,092 x k 5 = 50,460 per arm, 16 arms" in notes
     # gemma-2-9b-it at vocabulary 256,000: 358,266 pairs x PAIR_MS at 256k, one core
     hours = 358_266 * plan.PAIR_MS[-1][1] / 3.6e6
     assert f"gemma-2-9b-it: vocabulary 256,000, hidden 3,584 (table): signal pairs <= {hours:.3g} CPU hours" in notes

@@ -132,7 +132,7 @@ def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
                         fmt="o", color="#c0392b", capsize=2, lw=0.9, ms=5)
         if pd.notna(r.get("confusion_rate_wording_null", np.nan)):
             ax.plot(r["confusion_rate_wording_null"], yi, marker="d", mfc="none", mec="0.2", ms=5, ls="none")
-        word = analysis.null_answer(r.rename({"n_rej": "n_rejected"}))
+        word = analysis.null_answer(r.drop("n_rejected", errors="ignore").rename({"n_rej": "n_rejected"}))
         ax.annotate(f"{word} (p {r['confusion_rate_p_below']:.3f}, n {int(r['n_rej'])})", (1.04, yi), fontsize=6,
                     va="center", annotation_clip=False)
     ax.set_yticks(y, [f"{m} / {j}" for m, j in zip(t["model"], t["judge"])], fontsize=7)

@@ -75,12 +75,18 @@ def table(p, d: pd.DataFrame, confirmatory: pd.DataFrame, judges_in_run: dict[st
     for _, g in t.groupby("family"):   # the null control's rows are their own family
         if "difference_p" in g:
             t.loc[g.index, "difference_p_holm"] = stats.holm_family(g["difference_p"].to_numpy(dtype=float))
-    sig_a = t["p_holm"] < s.alpha
-    sig_b = t["other_p"] < s.alpha
-    opposite = sig_a & sig_b & (np.sign(t["estimate"]) != np.sign(t["other_estimate"]))
+    return dependence(t, t["estimate"], t["other_estimate"], s.alpha)
+
+
+def dependence(t: pd.DataFrame, effect, other_effect, alpha: float) -> pd.DataFrame:
+    """Under which judge each row's test is significant (``p_holm`` declared judge, ``other_p`` other judge) and
+    whether it is judge-dependent: its paired difference beyond ``alpha`` after Holm, or significant under both
+    judges with ``effect`` and ``other_effect`` of opposite signs."""
+    sig_a, sig_b = t["p_holm"] < alpha, t["other_p"] < alpha
+    opposite = sig_a & sig_b & (np.sign(effect) * np.sign(other_effect) < 0)
     t["significant_under"] = np.select([sig_a & sig_b, sig_a, sig_b], ["both", "declared judge only", "other judge only"],
                                        "neither")
-    t["judge_dependent"] = (t["difference_p_holm"] < s.alpha) | opposite
+    t["judge_dependent"] = (t["difference_p_holm"] < alpha) | opposite
     return t
 
 
@@ -166,14 +172,11 @@ def interaction_table(p, d: pd.DataFrame, confirmatory: pd.DataFrame, judges_in_
                                                                 "p": "other_p"})
     t = t.merge(main, on=keys, how="left").merge(other, on=["other_judge", *keys[1:]], how="left")
     t["difference_p_holm"] = stats.holm_family(t["difference_p"].to_numpy(dtype=float)) if "difference_p" in t else np.nan
-    sig_a, sig_b = t["p_holm"] < s.alpha, t["other_p"] < s.alpha
     delta_a = t["interaction_delta"] if "interaction_delta" in t else np.nan
     delta_b = t["other_interaction_delta"] if "other_interaction_delta" in t else np.nan
-    opposite = sig_a & sig_b & (np.sign(delta_a) * np.sign(delta_b) < 0)
-    t["significant_under"] = np.select([sig_a & sig_b, sig_a, sig_b], ["both", "declared judge only", "other judge only"],
-                                       "neither")
-    t["significant_under_exactly_one"] = sig_a ^ sig_b   # the rule the paired test replaces (DEFINITIONS.md)
-    t["judge_dependent"] = (t["difference_p_holm"] < s.alpha) | opposite
+    t = dependence(t, delta_a, delta_b, s.alpha)
+    # the rule the paired test replaces (DEFINITIONS.md)
+    t["significant_under_exactly_one"] = (t["p_holm"] < s.alpha) ^ (t["other_p"] < s.alpha)
     return t
 
 
