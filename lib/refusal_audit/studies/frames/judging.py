@@ -14,7 +14,7 @@ import pandas as pd
 from ... import divergence, stats
 from ...judge_dependence import kappa_interval
 from .confirmatory import _subset
-from .params import NAME, declared_family, primary_of
+from .params import NAME, declared_family, pair_families, primary_of
 
 
 def _item_contrasts(g: pd.DataFrame, pair) -> pd.Series:
@@ -26,9 +26,8 @@ def table(p, d: pd.DataFrame, confirmatory: pd.DataFrame, judges_in_run: dict[st
     """One row per declared (judge, outcome, subset, model), null-control rows included, and other judge of the
     same outcome; Holm over the paired differences within the declared family and within the null control."""
     fr, s = p.studies[NAME], p.stats
-    fam = pd.concat([declared_family(fr, judges_in_run).assign(family="confirmatory"),
-                     declared_family(fr, judges_in_run, null=True).assign(family="null control")])
-    fam = fam[fam["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")].drop_duplicates(["judge", "outcome", "subset", "model"])
+    fam = pair_families(fr, judges_in_run)
+    fam = fam.assign(family=np.where(fam["null"], "null control", "confirmatory"))
     data = d.dropna(subset=["y"])
     rows = []
     for (judge, outcome, subset), keys in fam.groupby(["judge", "outcome", "subset"], sort=True):

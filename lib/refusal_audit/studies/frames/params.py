@@ -332,6 +332,15 @@ def declared_family(fr, judges_in_run: dict[str, str], null: bool = False) -> pd
     return pd.DataFrame(rows, columns=["judge", "outcome", "subset", "model", "contrast"])
 
 
+
+def pair_families(fr, judges_in_run: dict[str, str]) -> pd.DataFrame:
+    """The declared family and the null control's (``null``: a null-control row), one row per (judge, outcome,
+    subset, model) whose contrast is a pair of frames: the tests whose declared primary pair the item-level
+    tables (readings, judge dependence) read."""
+    fam = pd.concat([declared_family(fr, judges_in_run).assign(null=False),
+                     declared_family(fr, judges_in_run, null=True).assign(null=True)])
+    return fam[fam["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")].drop_duplicates(["judge", "outcome", "subset", "model"])
+
 def interaction_models(fr) -> list[str]:
     """The models tested against the reference instruct model: every other model of the roster that is
     neither a declared base nor already tested against its base by H3 with the reference as that base."""

@@ -15,7 +15,7 @@ from ... import divergence, stats
 from ...config import ParamsError
 from ...paths import ROOT
 from .confirmatory import _per_item, _subset
-from .params import NAME, declared_family, primary_of
+from .params import NAME, pair_families, primary_of
 
 CALIBRATION = ROOT / "benchmarks" / "frames_item_shapes.csv"
 TESTS = {"both": "both_p", "concentrated": "concentrated_p", "decoding": "decode_p"}
@@ -62,9 +62,7 @@ def table(p, d: pd.DataFrame, confirmatory: pd.DataFrame, judges_in_run: dict[st
     contrast, its GEE Holm p and noise comparison (from ``confirmatory``), and the three readings with their
     Holm p over their family."""
     fr, alpha = p.studies[NAME], p.stats.alpha
-    fam = pd.concat([declared_family(fr, judges_in_run).assign(null=False),
-                     declared_family(fr, judges_in_run, null=True).assign(null=True)])
-    fam = fam[fam["contrast"].str.fullmatch(r"[^-\s]+-[^-\s]+")].drop_duplicates(["judge", "outcome", "subset", "model"])
+    fam = pair_families(fr, judges_in_run)
     data = d.dropna(subset=["y"])
     rows = []
     for (judge, outcome, subset), keys in fam.groupby(["judge", "outcome", "subset"], sort=True):
