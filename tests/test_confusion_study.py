@@ -29,9 +29,11 @@ RUN_KEYS = {"run_name", "seed", "models", "judges", "stats", "generation"}
 
 def params(where="test.yaml", **section):
     """The ci params with only the confusion section, its keys updated by ``section`` (dotted keys
-    as nested dicts: ``gates={"tau": 2}``)."""
+    as nested dicts: ``gates={"tau": 2}``), without its defense arm unless ``section`` names one."""
     raw = yaml.safe_load((ROOT / "params" / "ci.yaml").read_text())
     raw = {k: v for k, v in raw.items() if k in RUN_KEYS or k == "confusion"}
+    for key in ("defenses", "defense_clusters"):
+        raw["confusion"].pop(key, None)
     for key, value in section.items():
         if isinstance(value, dict) and isinstance(raw["confusion"].get(key), dict):
             raw["confusion"][key] = {**raw["confusion"][key], **value}
@@ -715,7 +717,8 @@ def test_two_runs_give_identical_results(tiny, tmp_path, monkeypatch):
         assert all(isinstance(v, str) and v.strip() for r in rows for v in r.values())
         primary = [r for r in rows if r["role"] == "primary"]
         assert len(primary) == len(t1["frr_vs_cr"]) and {r["answer"] for r in primary} <= {
-            "follows intents", "follows intents or wording", "confused at chance", "no benign rejections", "cannot tell"}
+            "follows intents", "follows intents or wording", "confused at chance", "no benign rejections",
+            "rejects every benign prompt", "cannot tell"}
         assert {r["role"] for r in rows} <= {"primary", "positive control", "null control", "calibration"}
     assert {"nulls", "null_calibration"} <= set(t1)
     n = t1["nulls"]
@@ -733,6 +736,8 @@ def user_params(tmp_path):
     raw = yaml.safe_load((ROOT / "params" / "ci.yaml").read_text())
     raw = {k: v for k, v in raw.items() if k in RUN_KEYS or k == "confusion"}
     raw["confusion"]["max_new_tokens"] = 4
+    for key in ("defenses", "defense_clusters"):  # a test of the defenses names its own
+        raw["confusion"].pop(key, None)
     pfile.write_text(yaml.safe_dump(raw))
     return pfile
 

@@ -188,6 +188,8 @@ def test_make_confusion_takes_the_defense_list(tmp_path, monkeypatch, gated, emb
     gens = pd.read_parquet(folder / "confusion" / "generations.parquet")
     by = gens.drop_duplicates(["model", "item_id"]).set_index(["model", "item_id"])
     assert (by.loc["smollm2-135m+perturb", "query"] == by.loc["smollm2-135m", "query"]).all()  # judged as written
+    # ... but the model read the perturbed request (swapped characters tokenise into more pieces)
+    assert (by.loc["smollm2-135m+perturb", "prompt_tokens"] > by.loc["smollm2-135m", "prompt_tokens"]).mean() > 0.5
     assert (by.loc["smollm2-135m+remind", "prompt_tokens"] > by.loc["smollm2-135m", "prompt_tokens"]).all()
     compared = pd.read_csv(folder / "confusion_defenses.csv")
     prompts = pd.read_csv(folder / "confusion_prompts.csv").query("decision in ('ACCEPT', 'REJECT')")
@@ -213,3 +215,59 @@ def test_a_bad_filled_sheet_stops_with_its_file_and_line(tmp_path, monkeypatch, 
     with pytest.raises(ValueError, match=message) as e:
         user_run.check_inputs(str(DATA / "clusters.csv"), [], str(DATA / "random_guard.csv"), str(sheet))
     assert str(sheet) in str(e.value)
+
+
+def test_a_defense_on_a_subset_is_paired_with_the_undefended_arm_read_on_the_same_prompts(gated):
+    """A confused rejection depends on the accepted prompts beside it, so a defense arm run on some clusters is
+    compared with the undefended model scored on those clusters alone (``defenses.matched``). Here the undefended
+    model rejects cut-down-butter whole and accepts its look-alike cut-in-butter (cosine above theta, no known label:
+    every rejection confused by the other cluster); the defense arm runs on cut-down-butter and boil-egg only and
+    rejects the same prompts. Read on the same prompts, nothing changes; read on the whole corpus, the undefended arm
+    would count every rejection confused and the defense would seem to remove them all. On every cluster, the matched
+    rows are the undefended arm's own. Seen failing with ``compare`` given no baseline (6 confused only without)."""
+    from refusal_audit import config
+    from refusal_audit.studies.confusion import analysis
+    from refusal_audit.studies.confusion import defenses as D
+    from refusal_audit.studies.confusion.params import confusion_params
+
+    p = config.load(str(user_params_file()))
+    cp = confusion_params(p.studies["confusion"])
+    inc = gated[gated["included"]]
+    rejected = inc["cluster"] == "cut-down-butter"
+    subset = inc["cluster"].isin(["cut-down-butter", "boil-egg"])
+    base = pd.DataFrame({"model": "m", "judge": "kw", "item_id": inc["item_id"], "accepted": ~rejected})
+    decided = pd.concat([base, base[subset.to_numpy()].assign(model="m+d")], ignore_index=True)
+    per_prompt, _ = analysis.score_decisions(gated, decided, {}, cp)
+    whole = per_prompt[per_prompt["model"] == "m"]
+    assert whole.loc[~whole["accepted"], "confused"].all() and (~whole["accepted"]).sum() == rejected.sum()
+    defended = {"m+d": ("m", "d")}
+    got = D.compare(per_prompt, defended, D.matched(gated, decided, {}, cp, defended)).set_index("outcome")
+    assert (got["only_undefended"] == 0).all() and (got["only_defended"] == 0).all()
+    assert got.loc["benign_confused", "n"] == subset.sum() and got.loc["benign_confused", "rate_without"] == 0
+    unmatched = D.compare(per_prompt, defended).set_index("outcome")
+    assert unmatched.loc["benign_confused", "only_undefended"] == rejected.sum()  # the bias the matching removes
+    every = {"m+d": ("m", "d")}
+    full = pd.concat([base, base.assign(model="m+d")], ignore_index=True)
+    scored = D.matched(gated, full, {}, cp, every)["m+d"].reset_index(drop=True)
+    own = analysis.score_decisions(gated, base, {}, cp)[0].reset_index(drop=True)
+    pd.testing.assert_frame_equal(scored, own)
+
+
+def test_a_guard_rejecting_every_benign_prompt_reads_so_not_confused_at_chance(tmp_path, monkeypatch, gated):
+    """With every benign prompt rejected no placement differs from the observed one (CR 0 = its null, p 1): the
+    word says what happened ("rejects every benign prompt"), the row states FRR 1 and computes no FPR or power.
+    Seen failing before the word existed ("confused at chance")."""
+    from refusal_audit import config
+
+    clusters = pd.read_csv(DATA / "clusters.csv")
+    pd.DataFrame({"id": clusters["id"], "decision": "REJECT"}).to_csv(tmp_path / "all_guard.csv", index=False)
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(user_run, "build_items", lambda p, r: gated.copy())
+    folder = C.run_user_clusters(str(DATA / "clusters.csv"), [], "all", str(user_params(tmp_path)),
+                                 str(tmp_path / "all_guard.csv"), pool=NoLoad(None, None))
+    s = pd.read_csv(folder / "confusion_summary.csv").iloc[0]
+    assert s["verdict"] == "rejects every benign prompt" and s["n_rejected"] == s["n_prompts"] and s["frr"] == 1
+    (row,) = rows.user_rows(config.load(str(user_params(tmp_path))), folder)
+    assert row.answer == "rejects every benign prompt" and row.fpr_rate is None and row.power_rate is None
+    assert f"all {int(s['n_prompts'])} benign prompts rejected" in row.estimate
+    assert "no other placement of its rejections exists" in (folder / "report.html").read_text()

@@ -95,8 +95,8 @@ def null_tables(items: pd.DataFrame, per_prompt: pd.DataFrame, pairs: dict, cp: 
                                  "confusion_rate_null_without_cosine": float(np.nanmean(null)) if rejected.any() else np.nan,
                                  "p_below_without_cosine": below, "wording_p_below_without_cosine": worded,
                                  "verdict_without_cosine": analysis.null_answer(
-                                     {"n_rejected": int(rejected.sum()), "confusion_rate_p_below": below,
-                                      "wording_p_below": worded, "alpha": s.alpha})}
+                                     {"n_rejected": int(rejected.sum()), "n_prompts": len(rejected),
+                                      "confusion_rate_p_below": below, "wording_p_below": worded, "alpha": s.alpha})}
     extra = pd.DataFrame([{"model": m, "judge": j, **v} for (m, j), v in alone.items()])
     table = table.merge(cosine_only(per_prompt, group), on=analysis.ARM, how="left").merge(
         extra, on=analysis.ARM, how="left")

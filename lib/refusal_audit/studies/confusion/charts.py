@@ -117,8 +117,9 @@ def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
     same rejections placed at random per source set: mean and 95 % band); the verdict in words at the right.
     CR below the band: the refusals follow intents; inside it: confused as a refuser without intents is."""
     cols = [c for c in ("confusion_rate_null", "confusion_rate_null_lo", "confusion_rate_null_hi", "confusion_rate_p_below",
-                        "n_rejected", "alpha", "confusion_rate_wording_null", "wording_p_below") if c in nulls]
-    t = table.merge(nulls[["model", "judge", *cols]].rename(columns={"n_rejected": "n_rej"}),
+                        "n_rejected", "n_prompts", "alpha", "confusion_rate_wording_null", "wording_p_below")
+            if c in nulls]
+    t = table.merge(nulls[["model", "judge", *cols]].rename(columns={"n_rejected": "n_rej", "n_prompts": "n_prm"}),
                     on=["model", "judge"]).sort_values(["model", "judge"]).reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(t) + 1.4))
     y = np.arange(len(t))[::-1]
@@ -132,7 +133,8 @@ def rate_vs_null(table: pd.DataFrame, nulls: pd.DataFrame, text: str):
                         fmt="o", color="#c0392b", capsize=2, lw=0.9, ms=5)
         if pd.notna(r.get("confusion_rate_wording_null", np.nan)):
             ax.plot(r["confusion_rate_wording_null"], yi, marker="d", mfc="none", mec="0.2", ms=5, ls="none")
-        word = analysis.null_answer(r.drop("n_rejected", errors="ignore").rename({"n_rej": "n_rejected"}))
+        word = analysis.null_answer(r.drop(["n_rejected", "n_prompts"], errors="ignore")
+                                    .rename({"n_rej": "n_rejected", "n_prm": "n_prompts"}))
         ax.annotate(f"{word} (p {r['confusion_rate_p_below']:.3f}, n {int(r['n_rej'])})", (1.04, yi), fontsize=6,
                     va="center", annotation_clip=False)
     ax.set_yticks(y, [f"{m} / {j}" for m, j in zip(t["model"], t["judge"])], fontsize=7)

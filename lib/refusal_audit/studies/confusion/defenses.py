@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ... import stats
+from . import analysis
 
 SYSTEM_PROMPT, PERTURB = "system_prompt", "perturb"
 KINDS = (SYSTEM_PROMPT, PERTURB)
@@ -106,16 +107,36 @@ def _outcomes(arm_rows: pd.DataFrame) -> pd.DataFrame:
                          "benign_confused": np.where(benign, rejected & arm_rows["confused"].astype(bool), np.nan)})
 
 
-def compare(per_prompt: pd.DataFrame, defended: dict[str, tuple[str, str]]) -> pd.DataFrame:
+def matched(items: pd.DataFrame, decided: pd.DataFrame, pairs: dict, cp, defended: dict[str, tuple[str, str]]
+            ) -> dict[str, pd.DataFrame]:
+    """Each defense arm's undefended model scored on the defense arm's prompts alone (arm -> per-prompt rows, every
+    judge): a confused rejection depends on which accepted prompts exist beside it, so on a subset of clusters
+    (``confusion.defense_clusters``) the undefended arm is read on the same subset; on every cluster it equals the
+    undefended arm's own rows. ``decided``: (model, judge, item_id, accepted) of every arm; ``pairs``, ``cp``: as
+    ``analysis.score_decisions``."""
+    out = {}
+    for arm_name, (base, _) in defended.items():
+        ids = decided.loc[decided["model"] == arm_name, "item_id"]
+        rows = decided[(decided["model"] == base) & decided["item_id"].isin(ids)]
+        if len(rows):
+            out[arm_name] = analysis.score_decisions(items, rows, pairs, cp)[0]
+    return out
+
+
+def compare(per_prompt: pd.DataFrame, defended: dict[str, tuple[str, str]],
+            baseline: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Each defense arm (``defended``: arm -> (undefended model, defense name)) against the undefended arm of the same
     judge, paired by prompt (the prompts both arms decided): per outcome (``OUTCOMES``), the rates without and with
-    the defense, the discordant prompts (``only_undefended``, ``only_defended``) and the exact McNemar p."""
+    the defense, the discordant prompts (``only_undefended``, ``only_defended``) and the exact McNemar p.
+    ``baseline``: arm -> the undefended rows to pair with (``matched``); default the undefended model's rows of
+    ``per_prompt``."""
     rows = []
     for (model, judge), arm_rows in per_prompt.groupby(["model", "judge"], sort=True):
         if model not in defended:
             continue
         base, name = defended[model]
-        other = per_prompt[(per_prompt["model"] == base) & (per_prompt["judge"] == judge)]
+        other = (baseline or {}).get(model, per_prompt[per_prompt["model"] == base])
+        other = other[(other["model"] == base) & (other["judge"] == judge)]
         if other.empty:
             continue
         both = _outcomes(other).merge(_outcomes(arm_rows), on="item_id", suffixes=("_without", "_with"))
@@ -138,7 +159,7 @@ def words(table: pd.DataFrame, nulls: pd.DataFrame | None) -> list[str]:
              "benign_confused": "confused benign rejections (CR's numerator)"}
     for (model, judge), t in table.groupby(["model", "judge"], sort=True):
         parts = [f"{names[r.outcome]} {r.rate_without:.3f} -> {r.rate_with:.3f} on {int(r.n)} prompts ({int(r.only_undefended)} "
-                 f"only without, {int(r.only_defended)} only with; McNemar exact p {r.p:.3f})"
+                 f"only without, {int(r.only_defended)} only with; McNemar exact p {r.p:.2g})"
                  for r in t.itertuples() if r.n]
         own = ""
         if nulls is not None and len(nulls):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import plan as P
+from . import defenses as D
 from .params import NAME, arms, decision_judges
 from .stages import seed_rows
 
@@ -32,12 +33,18 @@ def plan(p) -> pd.DataFrame:
     if c.data.source == "sets" and c.paraphraser is not None:
         rows.append(P.row(NAME, c.paraphraser.model, "paraphraser", len(seeds), 1, c.data.k, per + 60,
                           c.paraphraser.max_new_tokens))
-    for _, m, defense in arms(c):  # a defense arm runs on its model, at most on every prompt (defense_clusters)
+    defended = n  # a defense arm runs on the prompts of its drawn clusters (confusion.defense_clusters)
+    if c.defenses and c.defense_clusters and c.data.source != "sets":
+        chosen = D.chosen_clusters(seeds.rename(columns={"cluster_id": "cluster"}), c.defense_clusters, p.seed)
+        defended = int(seeds["cluster_id"].isin(chosen).sum())
+    for _, m, defense in arms(c):
         what = "" if defense is None else f" ({defense.name})"
-        rows.append(P.row(NAME, m, "token signals" + what, n, 1, 0, per, 0))
-        rows.append(P.row(NAME, m, "replies" + what, n, 1, 1, per, c.max_new_tokens))
+        k = n if defense is None else defended
+        rows.append(P.row(NAME, m, "token signals" + what, k, 1, 0, per, 0))
+        rows.append(P.row(NAME, m, "replies" + what, k, 1, 1, per, c.max_new_tokens))
     asked = [j[4:] for j in decision_judges(p) if j.startswith("llm_")]
-    return P.frame(rows + P.judge_rows(p, NAME, n * len(arms(c)), per, c.max_new_tokens, asked))
+    judged = n * len(c.models) + defended * len(c.defenses)
+    return P.frame(rows + P.judge_rows(p, NAME, judged, per, c.max_new_tokens, asked))
 
 
 def plan_notes(p) -> list[str]:
@@ -49,13 +56,13 @@ def plan_notes(p) -> list[str]:
     _, sizes, per = _plan_shape(p)
     n, bound = sum(sizes), P.signal_pairs_bound(sizes, c.metrics.cover)
     within = bound - n * c.metrics.cover
-    arms = len(c.models) * len(decision_judges(p))
+    arms = (len(c.models) + len(c.defenses)) * len(decision_judges(p))
     lines = [f"confusion: per model, {n:,} prompts: {n:,} signal passes ({-(-n // c.signal_batch):,} batches of "
              f"signal_batch {c.signal_batch}; GPU hours in the 'token signals' rows) and at most {bound:,} signal "
              f"pairs ({within:,} within clusters + {n:,} prompts x cover {c.metrics.cover}; cross-cluster pairs "
              f"above theta outside every cover not counted), computed on one CPU core while the model stays loaded",
              f"confusion: N_k pairs (the CI's, all among the signal pairs): at most {n:,} x k {c.metrics.k} = "
-             f"{n * c.metrics.k:,} per arm, {arms} arms (models x decision judges)"]
+             f"{n * c.metrics.k:,} per arm, {arms} arms ((models + defenses) x decision judges)"]
     held, hours = 0, 0.0
     for m in c.models:
         vocab, hidden, source = P.signal_shape(p.models[m])

@@ -69,6 +69,11 @@ def _arm(r, n: pd.Series | None, judge: str, controls: Controls, role: str = PRI
         return Verdict(NAME, r.model, role, QUESTION, answer,
                        f"no benign rejection of {int(n['n_prompts'])} benign prompts ({judge})", why, why, controls, n=0,
                        **first)
+    if answer == analysis.EVERY_REJECTED:  # no accepted prompt for a rejection to sit beside: nothing to test
+        why = not_computed("every benign prompt rejected: no placement differs from the observed one")
+        return Verdict(NAME, r.model, role, QUESTION, answer,
+                       f"all {int(n['n_prompts'])} benign prompts rejected, FRR {r.frr:.3f} (CR 0 by construction); "
+                       f"{judge}", why, why, controls, effect=float(r.frr), n=int(n["n_rejected"]), **first)
     follows = answer in ("follows intents", W.WORDING)
     worded = "" if pd.isna(n.get("wording_p_below", float("nan"))) else (
         f", {n['confusion_rate_wording_null']:.2f} among prompts of the same harm words (p {n['wording_p_below']:.3f}; "

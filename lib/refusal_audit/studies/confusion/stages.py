@@ -287,7 +287,10 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
         "summary": summary_table,
         "frr_vs_cr": versus,
         "arm_pairs": analysis.arm_pairs(versus),
-        "judge_agreement": judges.agreement(judgments, REFUSING),
+        # over the audited models' replies: a defense arm's (the self-reminder's near-uniform refusals) would pool in
+        # easy agreement; each arm's own kappa is in judge_sanity
+        "judge_agreement": judges.agreement(judgments[judgments["generation_id"].isin(
+            generations.loc[generations["model"].isin(c.models), "generation_id"])], REFUSING),
         "judge_sanity": sanity(p, items, generations, judgments),
         "planted": controls.planted(items, signal_pairs.get(c.models[0]), cp, s.n_bootstrap, p.seed, s.alpha),
         "controls": controls.controls(items, cp),
@@ -295,8 +298,9 @@ def analyse(p, items: pd.DataFrame, generations: pd.DataFrame, judgments: pd.Dat
     nulls, calibration = arm_verdict.null_tables(items, per_prompt, signal_pairs, cp, analysis.benign_group(per_cluster),
                                                  c, s, p.seed)
     tables.update({"nulls": nulls, "null_calibration": calibration})
-    if c.defenses:  # each defense arm against the undefended one, paired by prompt
-        tables["defenses"] = D.compare(per_prompt, {a: (b, d.name) for a, b, d in arms(c) if d is not None})
+    if c.defenses:  # each defense arm against the undefended one on the same prompts, paired by prompt
+        defended = {a: (b, d.name) for a, b, d in arms(c) if d is not None}
+        tables["defenses"] = D.compare(per_prompt, defended, D.matched(items, decided, signal_pairs, cp, defended))
     if meaning.SCORED.is_file():  # the same-meaning rule's measured error (benchmarks/confusion_same_meaning.py)
         scored = pd.read_csv(meaning.SCORED)
         grid = sorted(set(np.round(np.arange(0.6, 0.96, 0.05), 3)) | {cp.theta})

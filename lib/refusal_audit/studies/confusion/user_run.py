@@ -128,7 +128,7 @@ def run(clusters_csv: str, model_names: list[str], run_name: str, params_file: s
     summary = summary.merge(null[[c for c in null.columns if c in NULL_COLUMNS]], on=analysis.ARM, how="left")
     write_tables(folder, items, per_prompt, per_cluster, summary)
     defended = {a: (b, d.name) for a, b, d in arms(p.studies[NAME]) if d is not None} if decided is None else {}
-    compared = D.compare(per_prompt, defended)
+    compared = D.compare(per_prompt, defended, D.matched(items, decisions, pairs, cp, defended))
     said = D.words(compared, null) if len(compared) else []
     if len(compared):
         compared.to_csv(folder / "confusion_defenses.csv", index=False)
@@ -284,7 +284,9 @@ def arm_words(r, n) -> str:
             if n["verdict"] == "confused at chance" else
             " (its benign rejections fill whole intents, but no more than the same rejections placed at random among "
             "prompts holding the same harm words would: a guard keyed on those words would do the same)"
-            if n["verdict"] == W.WORDING else "")
+            if n["verdict"] == W.WORDING else
+            " (no accepted prompt is left for a rejection to sit beside: the test has nothing to place)"
+            if n["verdict"] == analysis.EVERY_REJECTED else "")
     out = (f"{r.model} / {r.judge}: {n['verdict']}{word}. Rejects {r.frr:.0%} of {int(r.n_prompts)} {r.population} "
            f"(FRR {r.frr:.3f} [{r.frr_lo:.3f}, {r.frr_hi:.3f}]); Confusion Rate {r.confusion_rate:.2f} "
            f"({int(r.n_confused)} of {int(r.n_rejected)} rejections with an accepted prompt of the same meaning)."

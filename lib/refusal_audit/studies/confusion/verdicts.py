@@ -124,6 +124,8 @@ def _null_words(n, r) -> str:
         return ""
     if not n["n_rejected"]:
         return " No benign rejection: no null to place."
+    if n["n_rejected"] >= n["n_prompts"]:
+        return " Every benign prompt rejected: no other placement of its rejections exists, so no null to compare with."
     w = f" Wilson [{r.confusion_rate_w_lo:.2f}, {r.confusion_rate_w_hi:.2f}];" if hasattr(r, "confusion_rate_w_lo") else ""
     out = (f" CR {n['confusion_rate']:.2f} ({int(n['n_rejected'])} rejections;{w} cluster bootstrap above) against "
            f"{n['confusion_rate_null']:.2f} [{n['confusion_rate_null_lo']:.2f}, {n['confusion_rate_null_hi']:.2f}] "
