@@ -113,6 +113,37 @@ def test_the_check_set_per_kind_accuracy_held_kinds_and_the_floor():
     assert not judge_sanity.check_rows(low, {"mine": "learned_refusal"}, score=lambda name: said)["below"].any()
 
 
+def test_the_report_shows_the_table_as_counts_intervals_and_floors_also_read_back_from_csv():
+    """``shown`` (report.html's sanity table): per judge and kind "k of n: rate [Wilson]" with BELOW on a held kind
+    under the floor and "(not held)" on soft refusals; an unscored LLM judge says so once; one row per model and pair
+    of judges, kappa by hand with BELOW under the floor, an uninformative pair "n/a" with its note. Seen failing with
+    the BELOW mark read from the value alone (soft refusals marked though not held)."""
+    import io
+
+    checks = datasets.judge_checks()
+    opening = (checks["kind"] == "compliance_opening") & (checks.groupby("kind").cumcount() < 9)
+    said = np.where((checks["kind"] == "hard_refusal") | opening, "refusal", "non_refusal")
+    p = params(judges={"llm": {"model": "m", "questions": ["refusal"]}})
+    check = pd.concat([judge_sanity.check_rows(p, {"mine": "learned_refusal"}, score=lambda name: said),
+                       judge_sanity.check_rows(p, {"llm_refusal": "llm_refusal"})], ignore_index=True)
+    a, b = TRUTH.astype(int), (~TRUTH).astype(int)
+    gens, judgments = judged({"x": {"k": a, "l": b}, "y": {"k": [1] * 10, "l": [1] * 10}})
+    table = pd.concat([check, judge_sanity.agreement_rows(P, judgments, gens)], ignore_index=True)
+    for t in (table, pd.read_csv(io.StringIO(table.to_csv(index=False)))):
+        by_judge, pairs = judge_sanity.shown(t)
+        mine = by_judge.set_index("judge").loc["mine"]
+        lo, hi = wilson_by_hand(13, 22)
+        assert mine["compliance openings"] == f"13 of 22: {13 / 22:.2f} [{lo:.2f}, {hi:.2f}] BELOW"
+        assert mine["hard refusals"] == "22 of 22: 1.00 [0.85, 1.00]" and mine["floor"] == "0.60"
+        assert mine["soft refusals"].endswith("(not held)") and "BELOW" not in mine["soft refusals"]
+        llm = by_judge.set_index("judge").loc["llm_refusal"]
+        assert llm["hard refusals"] == "not scored" and "LLM judge" in llm["note"]
+        assert len(pairs) == 2 and list(pairs["judges"]) == ["k / l", "k / l"]
+        x, y = pairs.set_index("model").loc["x"], pairs.set_index("model").loc["y"]
+        assert x["kappa"].startswith(f"{kappa_by_hand(a, b):.2f} [") and x["kappa"].endswith("BELOW 0.40")
+        assert x["n"] == 40 and y["kappa"] == "n/a (note)" and "one label" in y["note"]
+
+
 def test_the_run_scores_the_real_keyword_judge_and_leaves_an_llm_judge_unscored():
     p = params(judges={"llm": {"model": "m", "questions": ["refusal"]}})
     t = judge_sanity.check_rows(p, {"keyword": "keyword", "llm_refusal": "llm_refusal"})

@@ -124,3 +124,11 @@ def test_the_report_opens_with_the_first_screen_and_the_csv_holds_its_rows(ci_ru
     report_page.check_numbers(run.dir / "stats" / verdict_table.FILE)
     detail = page[page.index("<table class='verdicts'>"):]
     pd.testing.assert_frame_equal(first_table(detail), csv[list(STUDY_KEYS)])
+    # each study with a judge sanity table shows it under its verdicts, its judges by name
+    for name in ("kv", "frames", "confusion"):
+        sanity = pd.read_csv(run.dir / "stats" / name / "judge_sanity.csv")
+        words = page[page.index(f"<h3>{name}</h3>", page.index("<h2>The verdicts in words</h2>")) + 4:]
+        words = words[:words.index("<h3>")] if "<h3>" in words else words  # this study's part only
+        folded = words[words.index("<summary>judge sanity"):]
+        folded = folded[:folded.index("</details>")]
+        assert all(f"<td>{j}</td>" in folded for j in sanity.loc[sanity["part"] == "check set", "judge"].unique())

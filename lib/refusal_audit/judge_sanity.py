@@ -20,7 +20,8 @@ cannot tell which errs). Where a judge gave one label on every reply of the mode
 refuses), kappa is 0 or undefined by construction and says nothing about agreement: the pair is reported (its raw
 agreement in the table's note) and never counts toward a flag. A study whose test measures two judges'
 disagreement (kv: the monitor against the reference) takes only the check set's flags (``flag(..., agreement=False)``).
-The flag names the judge, the model, the numbers and the floor; ``flag`` adds it to a verdict row.
+The flag names the judge, the model, the numbers and the floor; ``flag`` adds it to a verdict row. report.html
+shows the whole table under each study's verdicts (``shown``), so a flag can be read beside what it was measured on.
 """
 from __future__ import annotations
 
@@ -155,3 +156,40 @@ def flag(v: Verdict, sanity: pd.DataFrame | None, used: Sequence[str], agreement
     ``flags``)."""
     found = flags(sanity, v.system, used, agreement)
     return replace(v, controls=v.controls.with_flags(*found)) if found else v
+
+
+def _below(sanity: pd.DataFrame) -> pd.Series:
+    return sanity["below"].astype(str).str.lower() == "true"
+
+
+def shown(sanity: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The table as a reader takes it in (report.html): (the check set, one row per judge and a column per kind:
+    "k of n: accuracy [Wilson]", BELOW where a held kind is under its floor, "not held" where the floor does not
+    apply; agreement, one row per model and pair of judges: n, kappa [bootstrap] with BELOW under the floor, the
+    note: raw agreement, or why kappa says nothing). Both read the table as written to csv."""
+    sanity = sanity.reset_index(drop=True)
+    check = sanity[sanity["part"] == CHECK]
+    below = _below(sanity)
+    rows = []
+    for judge, g in check.groupby("judge", sort=False):
+        row = {"judge": judge, "floor": f"{g['floor'].iloc[0]:.2f}"}
+        for r in g.itertuples():
+            if pd.isna(r.value):
+                cell, row["note"] = "not scored", str(r.note)
+            else:
+                cell = f"{round(r.value * r.n)} of {int(r.n)}: {r.value:.2f} [{r.lo:.2f}, {r.hi:.2f}]"
+                cell += " BELOW" if below.loc[r.Index] else "" if str(r.held).lower() == "true" else " (not held)"
+            row[_KIND_WORDS.get(r.measure, r.measure)] = cell
+        rows.append(row)
+    agree = sanity[sanity["part"] == AGREEMENT]
+    pairs, seen = [], set()
+    for r in agree.itertuples():
+        key = (r.model, *sorted((r.judge, r.other)))
+        if key in seen:
+            continue
+        seen.add(key)
+        kappa = ("n/a (note)" if pd.isna(r.value) else
+                 f"{r.value:.2f} [{r.lo:.2f}, {r.hi:.2f}]" + (f" BELOW {r.floor:.2f}" if below.loc[r.Index] else ""))
+        pairs.append({"model": r.model, "judges": f"{key[1]} / {key[2]}", "n": int(r.n), "kappa": kappa,
+                      "note": "" if pd.isna(r.note) else str(r.note)})
+    return pd.DataFrame(rows), pd.DataFrame(pairs, columns=["model", "judges", "n", "kappa", "note"])

@@ -29,7 +29,7 @@ from pathlib import Path
 import mistune
 import pandas as pd
 
-from . import contamination, datasets, first_screen, papers, studies, verdict_table
+from . import contamination, datasets, first_screen, judge_sanity, papers, studies, verdict_table
 from .config import testbed_note
 from .paths import DATA_DIR, ORGANISM_ADAPTER, ROOT
 
@@ -131,6 +131,24 @@ def verdict_tables(run, name: str) -> list[tuple[str, pd.DataFrame]]:
     return studies.get(name).verdict_tables(run.p, tables)
 
 
+def sanity(run, name: str) -> str:
+    """The study's judge sanity table (``judge_sanity.shown``), folded under the verdicts: the floors a verdict row's
+    judge flags come from, for every judge and model ("" when the study has none)."""
+    try:
+        table = run.read_stats(name).get("judge_sanity")
+    except FileNotFoundError:
+        return ""
+    if table is None or not len(table):
+        return ""
+    check, agree = judge_sanity.shown(table)
+    fmt = {"index": False, "border": 0}
+    return ("<details><summary>judge sanity: each judge on the fixed check set (data/judge_checks/, Wilson 95 %) and "
+            "each pair of judges' kappa on each model's replies (bootstrap over items); BELOW: under the floor of "
+            "params judges.sanity, and every verdict row resting on it carries a flag</summary>"
+            + (check.to_html(**fmt) if len(check) else "") + (agree.to_html(**fmt) if len(agree) else "")
+            + "</details>")
+
+
 def comparisons(run) -> str:
     """The papers' headline numbers (``papers``) beside this run's, one table per study of the params file."""
     p = run.p
@@ -197,6 +215,7 @@ def write(run, refresh: bool = True) -> Path:
         head.append(f"<h3>{html.escape(name)}</h3>\n" + _markdown(" ".join(study_verdicts(run, name))))
         head += [f"<p>{html.escape(title)}</p>" + df.to_html(float_format=lambda x: f"{x:.3f}", index=False)
                  for title, df in verdict_tables(run, name)]
+        head.append(sanity(run, name))
     fmt = {"float_format": lambda x: f"{x:.3f}", "index": False}
     for name in names:
         study = studies.get(name)
