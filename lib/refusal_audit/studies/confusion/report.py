@@ -8,14 +8,19 @@ import pandas as pd
 
 from ... import judges, report
 from ...config import testbed_note
-from .params import NAME, REFUSING, SAFETY_POOL, decision_judges
+from .params import NAME, REFUSING, SAFETY_POOL, decision_judges, defended_model
 from .verdicts import verdicts
 
 
 # --- 06 figures ----------------------------------------------------------------------------------------
 def caption(p) -> str:
     c = p.studies[NAME]
-    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}; same meaning: same cluster or, same label, "
+    drawn = ", ".join(f"{n} {label}" for label, n in c.defense_clusters.items())
+    where = f"at most {drawn} clusters" if drawn else "every cluster"
+    defended = (f" (defense arms <model>+<defense>: {', '.join(d.name for d in c.defenses)} on "
+                f"{defended_model(c)}, on {where})" if c.defenses else "")
+    return (testbed_note(p, c.models) + f"Models {', '.join(c.models)}{defended}; same meaning: same cluster or, "
+            "same label, "
             f"a known label of the pair of clusters (twin or look-alike), else cosine > tau {c.gates.tau}; "
             f"k {c.metrics.k}, scope "
             f"{c.metrics.scope}; gates tau {c.gates.tau}, delta {c.gates.delta}; bootstrap 95 % CIs over intents; "
