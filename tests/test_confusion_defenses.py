@@ -56,6 +56,10 @@ def test_the_paired_comparison_equals_a_loop_and_the_binomial_test():
             assert r["rate_with"] == pytest.approx(np.mean([q for _, q in x]))
             p = 1.0 if only_a + only_b == 0 else binomtest(only_a, only_a + only_b, 0.5).pvalue
             assert r["p"] == pytest.approx(p)
+    # a corpus without harmful prompts: the outcome has no prompt and no test (n 0, p empty)
+    benign = D.compare(per_prompt[per_prompt["label"] == "safe"], {"m+d": ("m", "d")})
+    none = benign[benign["outcome"] == "harmful_refused"]
+    assert len(none) == 2 and (none["n"] == 0).all() and none["p"].isna().all()
 
 
 @pytest.mark.parametrize("defense, message", [

@@ -147,7 +147,7 @@ def compare(per_prompt: pd.DataFrame, defended: dict[str, tuple[str, str]],
             rows.append({"model": model, "judge": judge, "defended_model": base, "defense": name, "outcome": outcome,
                          "n": m.n, "rate_without": float(a.mean()) if m.n else np.nan,
                          "rate_with": float(b.mean()) if m.n else np.nan, "only_undefended": m.b,
-                         "only_defended": m.c, "p": m.pvalue})
+                         "only_defended": m.c, "p": m.pvalue if m.n else np.nan})  # no prompt: no test
     return pd.DataFrame(rows, columns=["model", "judge", "defended_model", "defense", "outcome", "n", "rate_without",
                                        "rate_with", "only_undefended", "only_defended", "p"])
 
