@@ -224,8 +224,11 @@ def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, m
     text = _caption(p, cp, model_names, decisions_csv)
     drawn = {"confusion_map": cf.confusion_map(per_prompt, None, text),
              "confusion_frr_vs_rate": cf.frr_vs_rate(summary, None, text)}
+    import matplotlib.pyplot as plt
+
     for name, fig in drawn.items():
         save(fig, name, [folder])
+        plt.close(fig)  # a command, not a notebook: nothing shows an open figure, and a long process would keep it
     return [f"{name}.png" for name in drawn]
 
 
