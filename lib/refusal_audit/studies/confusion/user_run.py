@@ -219,13 +219,13 @@ def _caption(p, cp, model_names: list[str], decisions_csv: str | None) -> str:
 
 
 def draw(folder: Path, per_prompt: pd.DataFrame, summary: pd.DataFrame, p, cp, model_names, decisions_csv) -> list[str]:
+    import matplotlib.pyplot as plt  # lazy: keeps matplotlib off this module
+
     from ...plots import save  # lazy: keeps seaborn off this module
     from . import charts as cf  # lazy: keeps matplotlib, seaborn off this module
     text = _caption(p, cp, model_names, decisions_csv)
     drawn = {"confusion_map": cf.confusion_map(per_prompt, None, text),
              "confusion_frr_vs_rate": cf.frr_vs_rate(summary, None, text)}
-    import matplotlib.pyplot as plt
-
     for name, fig in drawn.items():
         save(fig, name, [folder])
         plt.close(fig)  # a command, not a notebook: nothing shows an open figure, and a long process would keep it
