@@ -224,7 +224,7 @@ def test_a_defense_on_a_subset_is_paired_with_the_undefended_arm_read_on_the_sam
     every rejection confused by the other cluster); the defense arm runs on cut-down-butter and boil-egg only and
     rejects the same prompts. Read on the same prompts, nothing changes; read on the whole corpus, the undefended arm
     would count every rejection confused and the defense would seem to remove them all. On every cluster, the matched
-    rows are the undefended arm's own. Seen failing with ``compare`` given no baseline (6 confused only without)."""
+    rows are the undefended arm's own. Seen failing with ``compare`` given no baseline (5 of 5 confused only without)."""
     from refusal_audit import config
     from refusal_audit.studies.confusion import analysis
     from refusal_audit.studies.confusion import defenses as D
