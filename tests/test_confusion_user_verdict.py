@@ -246,6 +246,12 @@ def test_a_defense_on_a_subset_is_paired_with_the_undefended_arm_read_on_the_sam
     assert got.loc["benign_confused", "n"] == subset.sum() and got.loc["benign_confused", "rate_without"] == 0
     unmatched = D.compare(per_prompt, defended).set_index("outcome")
     assert unmatched.loc["benign_confused", "only_undefended"] == rejected.sum()  # the bias the matching removes
+    # a reply the defense arm's judge could not read leaves that prompt out of the undefended reading too
+    gap = base[subset.to_numpy()].assign(model="m+d", accepted=lambda d: d["accepted"].astype("boolean"))
+    gap.iloc[0, gap.columns.get_loc("accepted")] = pd.NA
+    left = pd.concat([base, gap], ignore_index=True)
+    read = D.matched(gated, left, {}, cp, defended)["m+d"]
+    assert len(read) == subset.sum() - 1 and gap["item_id"].iloc[0] not in set(read["item_id"])
     every = {"m+d": ("m", "d")}
     full = pd.concat([base, base.assign(model="m+d")], ignore_index=True)
     scored = D.matched(gated, full, {}, cp, every)["m+d"].reset_index(drop=True)

@@ -164,7 +164,7 @@ def _below(sanity: pd.DataFrame) -> pd.Series:
 
 def shown(sanity: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The table as a reader takes it in (report.html): (the check set, one row per judge and a column per kind:
-    "k of n: accuracy [Wilson]", BELOW where a held kind is under its floor, "not held" where the floor does not
+    "k of n: accuracy [Wilson]", BELOW where a held kind is under its floor, "(not held)" where the floor does not
     apply; agreement, one row per model and pair of judges: n, kappa [bootstrap] with BELOW under the floor, the
     note: raw agreement, or why kappa says nothing). Both read the table as written to csv."""
     sanity = sanity.reset_index(drop=True)
@@ -172,7 +172,7 @@ def shown(sanity: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     below = _below(sanity)
     rows = []
     for judge, g in check.groupby("judge", sort=False):
-        row = {"judge": judge, "floor": f"{g['floor'].iloc[0]:.2f}"}
+        row = {"judge": judge, "floor": f"{g['floor'].iloc[0]:.2f}", "note": ""}
         for r in g.itertuples():
             if pd.isna(r.value):
                 cell, row["note"] = "not scored", str(r.note)

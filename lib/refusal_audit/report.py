@@ -142,9 +142,10 @@ def sanity(run, name: str) -> str:
         return ""
     check, agree = judge_sanity.shown(table)
     fmt = {"index": False, "border": 0}
-    return ("<details><summary>judge sanity: each judge on the fixed check set (data/judge_checks/, Wilson 95 %) and "
-            "each pair of judges' kappa on each model's replies (bootstrap over items); BELOW: under the floor of "
-            "params judges.sanity, and every verdict row resting on it carries a flag</summary>"
+    return ("<details><summary>judge sanity: each judge on the fixed check set (data/judge_checks/, Wilson interval) "
+            "and each pair of judges' kappa on each model's replies (bootstrap over the study's items or paraphrase "
+            "clusters); BELOW: under the floor of params judges.sanity. A verdict row is flagged for a judge below a "
+            "check-set floor, or below the kappa floor with every other judge (kv: the check set only)</summary>"
             + (check.to_html(**fmt) if len(check) else "") + (agree.to_html(**fmt) if len(agree) else "")
             + "</details>")
 

@@ -12,10 +12,10 @@ deterministic:
   request's characters, at positions drawn under a seed from the defense's ``seed`` and the text, each replaced by a
   printable character drawn the same way. The judges and the same-meaning rule still see the request as written.
 
-``compare``: each defense arm against the undefended arm of the same judge, paired by prompt on the prompts both
-decided, with the exact McNemar test (``stats.mcnemar_exact``) of three per-prompt outcomes: a benign prompt rejected
-(FRR), a harmful prompt refused, a benign prompt rejected beside an accepted prompt of its meaning (a confused
-rejection, CR's numerator).
+``compare``: each defense arm against the undefended arm of the same judge, read on the same prompts (``matched``)
+and paired by prompt on the prompts both decided, with the exact McNemar test (``stats.mcnemar_exact``) of three
+per-prompt outcomes: a benign prompt rejected (FRR), a harmful prompt refused, a benign prompt rejected beside an
+accepted prompt of its meaning (a confused rejection, CR's numerator).
 """
 from __future__ import annotations
 
@@ -109,15 +109,16 @@ def _outcomes(arm_rows: pd.DataFrame) -> pd.DataFrame:
 
 def matched(items: pd.DataFrame, decided: pd.DataFrame, pairs: dict, cp, defended: dict[str, tuple[str, str]]
             ) -> dict[str, pd.DataFrame]:
-    """Each defense arm's undefended model scored on the defense arm's prompts alone (arm -> per-prompt rows, every
-    judge): a confused rejection depends on which accepted prompts exist beside it, so on a subset of clusters
-    (``confusion.defense_clusters``) the undefended arm is read on the same subset; on every cluster it equals the
-    undefended arm's own rows. ``decided``: (model, judge, item_id, accepted) of every arm; ``pairs``, ``cp``: as
+    """Each defense arm's undefended model scored on the prompts the defense arm decided, per judge (arm ->
+    per-prompt rows, every judge): a confused rejection depends on which accepted prompts exist beside it, so on a
+    subset of clusters (``confusion.defense_clusters``), or where a judge left a defended reply undecided, the
+    undefended arm is read on the same prompts; on every cluster, all decided, it equals the undefended arm's own
+    rows. ``decided``: (model, judge, item_id, accepted) of every arm; ``pairs``, ``cp``: as
     ``analysis.score_decisions``."""
     out = {}
     for arm_name, (base, _) in defended.items():
-        ids = decided.loc[decided["model"] == arm_name, "item_id"]
-        rows = decided[(decided["model"] == base) & decided["item_id"].isin(ids)]
+        mine = decided[(decided["model"] == arm_name) & decided["accepted"].notna()]
+        rows = decided[decided["model"] == base].merge(mine[["judge", "item_id"]], on=["judge", "item_id"])
         if len(rows):
             out[arm_name] = analysis.score_decisions(items, rows, pairs, cp)[0]
     return out

@@ -33,7 +33,9 @@ def plan(p) -> pd.DataFrame:
     if c.data.source == "sets" and c.paraphraser is not None:
         rows.append(P.row(NAME, c.paraphraser.model, "paraphraser", len(seeds), 1, c.data.k, per + 60,
                           c.paraphraser.max_new_tokens))
-    defended = n  # a defense arm runs on the prompts of its drawn clusters (confusion.defense_clusters)
+    # a defense arm runs on the prompts of its drawn clusters (confusion.defense_clusters); drawn here before the gates,
+    # in the run after them: an estimate where the gates drop a whole cluster
+    defended = n
     if c.defenses and c.defense_clusters and c.data.source != "sets":
         chosen = D.chosen_clusters(seeds.rename(columns={"cluster_id": "cluster"}), c.defense_clusters, p.seed)
         defended = int(seeds["cluster_id"].isin(chosen).sum())
