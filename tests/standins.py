@@ -15,6 +15,7 @@ code path, never evidence about the models they stand in for.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,3 +248,25 @@ def write_cache(hub: Path, hub_id: str, corpus: str, weights: bool = True, seed:
     else:
         cfg.save_pretrained(snap)
     assert (snap / "config.json").is_file() and json.loads((snap / "config.json").read_text())
+
+
+@contextmanager
+def offline_hub(cache: Path, home: Path | None = None):
+    """The Hugging Face cache ``cache`` (filled by ``write_cache``) as the hub, offline, so that ``models.load`` finds
+    a stand-in by its real hub id (``home``: HF_HOME too); everything put back after, and the models' config cache
+    cleared on the way in and out so that no stand-in's config outlives the block."""
+    import huggingface_hub.constants as hf
+    import pytest
+
+    from refusal_audit import models
+
+    with pytest.MonkeyPatch.context() as mp:
+        if home is not None:
+            mp.setenv("HF_HOME", str(home))
+        mp.setenv("HF_HUB_CACHE", str(cache))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setattr(hf, "HF_HUB_CACHE", str(cache))
+        mp.setattr(hf, "HF_HUB_OFFLINE", True)
+        models._config.cache_clear()
+        yield cache
+    models._config.cache_clear()

@@ -32,22 +32,13 @@ def hub(tmp_path_factory):
     """A Hugging Face cache holding a stand-in under every hub id the paper params name (read offline), for this
     module only: session-wide, its cache and offline switch outlived the module and sized the paper's hub ids
     for every later test of the same worker as the stand-ins."""
-    import huggingface_hub.constants as hf
-
     root = tmp_path_factory.mktemp("hf")
     cache = root / "hub"
     corpus = prompts.FILLER_FILE.read_text()
     for i, hub_id in enumerate(standins.HUB_IDS):
         standins.write_cache(cache, hub_id, corpus, seed=i)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HOME", str(root))
-        mp.setenv("HF_HUB_CACHE", str(cache))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setattr(hf, "HF_HUB_CACHE", str(cache))
-        mp.setattr(hf, "HF_HUB_OFFLINE", True)
-        models._config.cache_clear()
+    with standins.offline_hub(cache, home=root):
         yield cache
-    models._config.cache_clear()
 
 
 _loaded: dict = {}

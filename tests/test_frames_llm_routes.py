@@ -169,16 +169,9 @@ GUARD_ID = "meta-llama/Llama-Guard-3-8B"
 def guard(tmp_path):
     """Llama Guard 3's stand-in (its architecture, LlamaForCausalLM, and its chat template; random weights) in a
     temporary Hugging Face cache, loaded offline by its real hub id (the cache put back after the test)."""
-    import huggingface_hub.constants as hf
-
     standins.write_cache(tmp_path / "hub", GUARD_ID, prompts.FILLER_FILE.read_text())
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-        mp.setattr(hf, "HF_HUB_CACHE", str(tmp_path / "hub"))
-        mp.setattr(hf, "HF_HUB_OFFLINE", True)
-        models._config.cache_clear()
+    with standins.offline_hub(tmp_path / "hub"):
         yield models.load(config.ModelSpec(GUARD_ID, dtype="float32"), device="cpu")
-    models._config.cache_clear()
 
 
 class Forced:

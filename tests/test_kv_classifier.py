@@ -22,18 +22,11 @@ PAPER = ROOT / "params" / "paper" / "kv_qwen2.5-3b-instruct.yaml"
 def standin(tmp_path_factory):
     """The classifier's stand-in in a temporary Hugging Face cache, loaded offline by its hub id; its tokenizer
     without a chat template, as HarmBench prompts the classifier (the raw [INST] prompt)."""
-    import huggingface_hub.constants as hf
-
     root = tmp_path_factory.mktemp("hf")
     standins.write_cache(root / "hub", HUB_ID, prompts.FILLER_FILE.read_text())
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_CACHE", str(root / "hub"))
-        mp.setattr(hf, "HF_HUB_CACHE", str(root / "hub"))
-        mp.setattr(hf, "HF_HUB_OFFLINE", True)
-        models._config.cache_clear()
+    with standins.offline_hub(root / "hub"):
         model, tok = models.load(config.ModelSpec(HUB_ID, dtype="float32"), device="cpu")
         yield model, tok, root / "hub"
-    models._config.cache_clear()
 
 
 class Forced:
