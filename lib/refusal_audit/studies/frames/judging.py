@@ -95,12 +95,25 @@ def words(r) -> str:
             f"{r['other_judge']}: ")
     if r.get("status") != "ok":
         return head + f"{r.get('status')}."
-    verdict = "JUDGE-DEPENDENT" if bool(r["judge_dependent"]) else "not judge-dependent"
-    return (head + f"{verdict}: Delta {100 * r['delta']:+.1f} vs {100 * r['other_delta']:+.1f} points (paired difference "
-            f"{100 * r['difference']:+.1f} [{100 * r['difference_lo']:+.1f}, {100 * r['difference_hi']:+.1f}], Holm p "
-            f"{r['difference_p_holm']:.3g}); GEE {r['estimate']:+.2f} (Holm p {r['p_holm']:.3g}) vs "
-            f"{r['other_estimate']:+.2f} (p {r['other_p']:.3g}, uncorrected); significant under {r['significant_under']}; "
-            f"kappa {r['kappa']:.2f} [{r['kappa_lo']:.2f}, {r['kappa_hi']:.2f}] on {int(r['n_replies'])} replies.")
+    return (head + f"{_verdict(r)}: Delta {100 * r['delta']:+.1f} vs {100 * r['other_delta']:+.1f} points "
+            f"{_paired(r)}; GEE {r['estimate']:+.2f} (Holm p {r['p_holm']:.3g}) vs "
+            f"{r['other_estimate']:+.2f} (p {r['other_p']:.3g}, uncorrected); {_agreement(r)}")
+
+
+def _verdict(r) -> str:
+    return "JUDGE-DEPENDENT" if bool(r["judge_dependent"]) else "not judge-dependent"
+
+
+def _paired(r) -> str:
+    """The paired difference of the two judges' estimates, in points, with its interval and Holm p."""
+    return (f"(paired difference {100 * r['difference']:+.1f} [{100 * r['difference_lo']:+.1f}, "
+            f"{100 * r['difference_hi']:+.1f}], Holm p {r['difference_p_holm']:.3g})")
+
+
+def _agreement(r) -> str:
+    """Under which judge the test is significant, and the two judges' kappa on the replies."""
+    return (f"significant under {r['significant_under']}; kappa {r['kappa']:.2f} [{r['kappa_lo']:.2f}, "
+            f"{r['kappa_hi']:.2f}] on {int(r['n_replies'])} replies.")
 
 
 # --- the cross-model interaction under both judges ------------------------------------------------------------
@@ -185,10 +198,6 @@ def interaction_words(r) -> str:
             f"items) under {r['judge']} and {r['other_judge']}: ")
     if r.get("status") != "ok":
         return head + f"{r.get('status')}."
-    verdict = "JUDGE-DEPENDENT" if bool(r["judge_dependent"]) else "not judge-dependent"
-    return (head + f"{verdict}: interaction on {r['primary']} {100 * r['interaction_delta']:+.1f} vs "
-            f"{100 * r['other_interaction_delta']:+.1f} points (paired difference {100 * r['difference']:+.1f} "
-            f"[{100 * r['difference_lo']:+.1f}, {100 * r['difference_hi']:+.1f}], Holm p {r['difference_p_holm']:.3g}); "
-            f"Wald p {r['p_holm']:.3g} (Holm) vs {r['other_p']:.3g} (uncorrected); significant under "
-            f"{r['significant_under']}; kappa {r['kappa']:.2f} [{r['kappa_lo']:.2f}, {r['kappa_hi']:.2f}] on "
-            f"{int(r['n_replies'])} replies.")
+    return (head + f"{_verdict(r)}: interaction on {r['primary']} {100 * r['interaction_delta']:+.1f} vs "
+            f"{100 * r['other_interaction_delta']:+.1f} points {_paired(r)}; "
+            f"Wald p {r['p_holm']:.3g} (Holm) vs {r['other_p']:.3g} (uncorrected); {_agreement(r)}")
